@@ -1,0 +1,130 @@
+// The command table and the spec-driven commands.
+#include <unistd.h>
+
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli.h"
+#include "taoquant/backend.h"
+#include "taoquant/pipeline.h"
+#include "taoquant/report.h"
+#include "taoquant/spec.h"
+
+namespace tqcli {
+
+bool stdout_is_tty() { return ::isatty(STDOUT_FILENO) == 1; }
+bool stderr_is_tty() { return ::isatty(STDERR_FILENO) == 1; }
+
+void add_spec_options(CLI::App& app, Options& o) {
+  app.add_option("-e,--experiment_spec,--spec", o.spec, "Experiment spec (TAO YAML)")->required();
+  app.add_option("overrides", o.overrides, "key.path=value overrides, e.g. quantize.mode=static_ptq")
+      ->type_name("KEY=VALUE");
+}
+
+namespace {
+
+tq::QuantizeOptions quantize_options(const Options& o) {
+  tq::QuantizeOptions qo;
+  qo.verbose = o.verbosity > 0;
+  return qo;
+}
+
+int run_quantize(Options& o) {
+  auto spec = tq::load_spec(o.spec, o.overrides);
+  if (o.dry_run) {
+    auto out = tq::run_inspect(spec, quantize_options(o));
+    std::cout << (o.json ? out.to_json().dump(2) + "\n" : tq::format_plan_table(out.plan));
+    return 0;
+  }
+  tq::QuantizeOptions qo = quantize_options(o);
+  size_t width = 0;
+  qo.on_plan = [&](const tq::Plan& plan) {
+    for (const auto& l : plan.layers) width = std::max(width, l.info.name.size());
+    spdlog::info("model {}: {} quantizable layers, {} planned for quantization", spec.quantize.model_path,
+                 plan.layers.size(), plan.num_quantized());
+  };
+  qo.on_layer = [&](const tq::LayerResult& r, size_t i, size_t total) {
+    if (!o.quiet && !o.json) std::cout << tq::format_layer_line(r, i, total, width) << std::endl;
+  };
+  auto out = tq::run_quantize(spec, qo);
+  if (o.json)
+    std::cout << out.report.dump(2) << "\n";
+  else
+    std::cout << tq::format_quantize_summary(out);
+  return 0;
+}
+
+int run_inspect(Options& o) {
+  auto spec = tq::load_spec(o.spec, o.overrides);
+  auto out = tq::run_inspect(spec, quantize_options(o));
+  if (o.json)
+    std::cout << out.to_json().dump(2) << "\n";
+  else {
+    std::cout << "backend " << out.backend.requested;
+    if (out.backend.requested != out.backend.info->name) std::cout << " (" << out.backend.info->name << ")";
+    std::cout << ", model " << out.model_path << "\n\n" << tq::format_plan_table(out.plan);
+  }
+  return 0;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+int run_backends(Options& o) {
+  auto list = tq::BackendRegistry::instance().list();
+  if (o.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto* b : list) arr.push_back(tq::backend_to_json(*b));
+    std::cout << nlohmann::json{{"backends", arr}}.dump(2) << "\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto* b : list) {
+    auto j = tq::backend_to_json(*b);
+    std::vector<std::string> aliases;
+    for (const auto& a : b->aliases) {
+      std::string s = a.name;
+      if (!a.modes.empty()) {
+        std::vector<std::string> m;
+        for (auto x : a.modes) m.emplace_back(tq::to_string(x));
+        s += " (" + join(m, "/") + ")";
+      }
+      aliases.push_back(s);
+    }
+    rows.push_back({b->name, join(aliases), join(j["modes"].get<std::vector<std::string>>()),
+                    join(j["weight_dtypes"].get<std::vector<std::string>>()),
+                    join(j["activation_dtypes"].get<std::vector<std::string>>()), b->origin});
+  }
+  std::cout << tq::format_table({"backend", "aliases", "modes", "weight dtypes", "activation dtypes", "origin"}, rows);
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"quantize", "Quantize a model as the spec's quantize: section says; write the artifact and report",
+       [](CLI::App& app, Options& o) {
+         add_spec_options(app, o);
+         app.add_flag("--dry-run", o.dry_run, "Plan only: print the per-layer plan, write nothing");
+         app.add_flag("--json", o.json, "Print the report (or plan) as JSON on stdout");
+       },
+       run_quantize},
+      {"inspect", "Print the per-layer plan (which layer gets which format, and why); quantize nothing",
+       [](CLI::App& app, Options& o) {
+         add_spec_options(app, o);
+         app.add_flag("--json", o.json, "Print the plan as JSON");
+       },
+       run_inspect},
+      {"backends", "List the registered backends, their aliases, modes, dtypes and origin",
+       [](CLI::App& app, Options& o) { app.add_flag("--json", o.json, "Print as JSON"); }, run_backends},
+  };
+  return table;
+}
+
+}  // namespace tqcli

@@ -1,0 +1,78 @@
+// tao-quant: thin main over the library. Exit codes are documented in
+// --help and README.md.
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli.h"
+#include "taoquant/error.h"
+#include "taoquant/plugin.h"
+
+namespace {
+
+constexpr const char* kExitCodes =
+    "Exit codes:\n"
+    "  0  success\n"
+    "  1  runtime error (model, data, backend, plugin or I/O failure)\n"
+    "  2  spec or usage error (bad key, value, override or command line)\n"
+    "  3  a quality gate failed (evaluate, batch)\n";
+
+void setup_logging(const tqcli::Options& o) {
+  auto logger = spdlog::stderr_color_mt("tao-quant");
+  logger->set_pattern("%^%l%$: %v");
+  spdlog::set_default_logger(logger);
+  auto level = spdlog::level::info;
+  if (o.quiet) level = spdlog::level::warn;
+  if (o.verbosity >= 1) level = spdlog::level::debug;
+  if (o.verbosity >= 2) level = spdlog::level::trace;
+  if (!o.log_level.empty()) level = spdlog::level::from_str(o.log_level);
+  spdlog::set_level(level);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tqcli::Options opts;
+  CLI::App app{"tao-quant: native quantization for PyTorch (TorchScript) models, driven by TAO specs"};
+  app.footer(kExitCodes);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tao-quant ") + TQ_VERSION);
+  app.add_flag("-v,--verbose", opts.verbosity, "More detail (repeat for trace); full LibTorch errors");
+  app.add_flag("-q,--quiet", opts.quiet, "Only warnings, errors and the final summary");
+  app.add_option("--log-level", opts.log_level, "trace, debug, info, warn, error, critical, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--plugin", opts.plugins, "Load a backend plugin (shared library); repeatable")
+      ->type_name("PATH");
+
+  std::vector<std::pair<CLI::App*, const tqcli::Command*>> subs;
+  for (const auto& c : tqcli::commands()) {
+    auto* sub = app.add_subcommand(c.name, c.summary);
+    sub->footer(kExitCodes);
+    c.setup(*sub, opts);
+    subs.emplace_back(sub, &c);
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : static_cast<int>(tq::ExitCode::kUsage);
+  }
+
+  setup_logging(opts);
+  try {
+    tq::load_plugins(opts.plugins, /*from_env=*/true);
+    for (const auto& [sub, cmd] : subs)
+      if (sub->parsed()) return cmd->run(opts);
+    return static_cast<int>(tq::ExitCode::kUsage);
+  } catch (const tq::Error& e) {
+    std::cerr << "tao-quant: error: " << e.what() << "\n";
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    std::cerr << "tao-quant: error: " << e.what() << "\n";
+    return static_cast<int>(tq::ExitCode::kRuntime);
+  }
+}

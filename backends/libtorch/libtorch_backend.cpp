@@ -1,0 +1,59 @@
+// The `libtorch` backend: artifacts that run on plain LibTorch/PyTorch.
+// Weight-only: compact codes + scales in the archive, decoded at load.
+#include <torch/script.h>
+
+#include "compact_weights.h"
+#include "taoquant/backend.h"
+#include "taoquant/model.h"
+#include "taoquant/weight_quant.h"
+
+namespace tq::libtorch {
+
+namespace {
+
+class LibTorchBackend : public QuantizerBase {
+ public:
+  void quantize(QuantizeContext& ctx) override {
+    switch (ctx.spec.quantize.mode) {
+      case Mode::kWeightOnly:
+        return weight_only(ctx);
+      default:
+        throw RuntimeError("mode " + std::string(to_string(ctx.spec.quantize.mode)) + " is not implemented");
+    }
+  }
+
+ private:
+  static void weight_only(QuantizeContext& ctx) {
+    ctx.backend_meta["storage"] = "compact codes + scales, decoded by TorchScript __setstate__ at load";
+    quantize_weights(ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string& note) -> size_t {
+      std::string blocker = compact_blocker(ctx.model, lp.info.name);
+      if (blocker.empty()) return install_compact_weight(ctx.model, lp.info.name, q);
+      // Still quantized (values on the grid), but stored as float.
+      auto layer = find_submodule(ctx.model, lp.info.name);
+      set_weight_values(layer, q.dequant);
+      note = "stored as float: " + blocker;
+      ctx.warn("layer '" + lp.info.name + "': " + note);
+      auto w = layer.attr("weight").toTensor();
+      return static_cast<size_t>(w.numel()) * w.element_size();
+    });
+  }
+};
+
+BackendInfo info() {
+  BackendInfo b;
+  b.name = "libtorch";
+  b.description = "real LibTorch artifacts: compact weight-only storage decoded at load";
+  b.aliases = {{"torchao", {Mode::kWeightOnly}, "TAO's torchao backend (weight-only PTQ)"}};
+  b.caps.modes = {Mode::kWeightOnly};
+  b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2};
+  b.caps.activation_dtypes = {};
+  b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel, Granularity::kPerGroup};
+  for (const auto& e : layer_kind_table().entries) b.caps.layer_kinds.push_back(e.value);
+  return b;
+}
+
+}  // namespace
+
+}  // namespace tq::libtorch
+
+TAOQUANT_REGISTER_BACKEND(tq::libtorch::LibTorchBackend, tq::libtorch::info);

@@ -1,0 +1,43 @@
+// Loading TorchScript models and walking their module tree.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "taoquant/error.h"
+#include "taoquant/plan.h"
+
+namespace torch::jit {
+struct Module;
+}
+
+namespace tq {
+
+// Loads a TorchScript archive on the CPU. A missing, truncated or
+// non-TorchScript file is a RuntimeError (exit code 1) naming the file and
+// the spec key it came from; `verbose` keeps LibTorch's full message.
+torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bool verbose = false);
+
+// The quantizable layers (Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d), in
+// module-tree order.
+std::vector<LayerInfo> discover_layers(const torch::jit::Module& model);
+
+// The submodule at a dotted path ("layer1.0.conv1"); throws if absent.
+torch::jit::Module find_submodule(const torch::jit::Module& model, const std::string& dotted);
+
+// "Conv2d" for "__torch__.torch.nn.modules.conv.___torch_mangle_3.Conv2d".
+std::string module_class_name(const torch::jit::Module& m);
+
+// Total bytes of parameters and buffers.
+size_t model_tensor_bytes(const torch::jit::Module& model);
+
+// Writes `data` to `path` through a temporary file in the same directory and a
+// rename, creating parent directories. Never leaves a half-written file.
+void write_file_atomic(const std::string& path, const std::string& data);
+
+// Saves a module (with extra files) atomically.
+void save_module_atomic(const torch::jit::Module& model, const std::string& path,
+                        const std::map<std::string, std::string>& extra_files);
+
+}  // namespace tq

@@ -1,0 +1,55 @@
+// The quantize and inspect jobs: spec -> backend check -> model -> plan ->
+// backend -> artifact -> report. The CLI is a thin layer over these.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "taoquant/backend.h"
+#include "taoquant/plan.h"
+#include "taoquant/spec.h"
+
+namespace tq {
+
+struct QuantizeOptions {
+  bool verbose = false;  // keep LibTorch's full error messages
+  // Called once the plan is known (before any quantization work).
+  std::function<void(const Plan&)> on_plan;
+  // Called per layer as the backend reports it.
+  std::function<void(const LayerResult&, size_t index, size_t total)> on_layer;
+  // Progress of long steps (calibration); only the CLI on a TTY draws it.
+  std::function<void(const std::string& what, size_t done, size_t total)> on_progress;
+};
+
+struct QuantizeOutcome {
+  Plan plan;
+  std::string requested_backend, resolved_backend;
+  std::string artifact_path, report_path;
+  size_t model_file_bytes = 0, artifact_file_bytes = 0;
+  std::vector<LayerResult> layers;
+  std::vector<std::string> warnings;
+  nlohmann::json report;
+  double total_seconds = 0;
+};
+
+// The artifact name: quantized_model_<requested backend>.pth.
+std::string artifact_name(const std::string& requested_backend);
+
+// Builds the plan only (no quantization): what `inspect` and `--dry-run` show.
+struct InspectOutcome {
+  Plan plan;
+  BackendRegistry::Resolved backend;
+  std::string model_path;
+  nlohmann::json to_json() const;
+};
+InspectOutcome run_inspect(const Spec& spec, const QuantizeOptions& opts = {});
+
+QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts = {});
+
+// Tool and LibTorch versions, for reports and artifacts.
+nlohmann::json tool_info();
+
+}  // namespace tq

@@ -1,0 +1,72 @@
+// The per-layer plan: which layer gets which format, and which rule decided
+// it. Built before any quantization work, so a dry run (`inspect`) is free.
+// Torch-free.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "taoquant/enums.h"
+#include "taoquant/spec.h"
+
+namespace tq {
+
+// A quantizable layer found in the model.
+struct LayerInfo {
+  std::string name;        // qualified name, e.g. "layer1.0.conv1"
+  std::string class_name;  // e.g. "Conv2d"
+  LayerKind kind = LayerKind::kLinear;
+  std::vector<int64_t> weight_shape;
+  bool has_bias = false;
+};
+
+// A fully resolved quantization setting for one tensor.
+struct TensorQuant {
+  DType dtype = DType::kNative;
+  Granularity granularity = Granularity::kPerTensor;
+  int axis = 0;
+  int group_size = 128;
+  bool symmetric = true;
+  std::string observer;  // observer name (activations; weights for fakequant)
+  nlohmann::json observer_kwargs = nlohmann::json::object();
+  bool quantized() const { return dtype != DType::kNative; }
+  std::string str() const;  // "int8/per_channel", "int4/g128", "fp32"
+};
+
+struct LayerPlan {
+  LayerInfo info;
+  TensorQuant weights;
+  TensorQuant activations;
+  // Which rule decided: "default", "layers[2] 'Linear'", "skip_names[0] 'fc'".
+  std::string decided_by;
+  int rule_index = -1;  // index into quantize.layers; -1 default
+  bool skipped = false;
+  bool quantized() const { return !skipped && (weights.quantized() || activations.quantized()); }
+};
+
+struct Plan {
+  Mode mode = Mode::kWeightOnly;
+  std::vector<LayerPlan> layers;
+  std::vector<std::string> warnings;
+  size_t num_quantized() const;
+  const LayerPlan* find(const std::string& name) const;
+};
+
+// Shell-style wildcard match (`*`, `?`, `[abc]`, `[a-z]`, `[!x]`), case-sensitive.
+bool wildcard_match(const std::string& pattern, const std::string& text);
+
+// Does a pattern select this layer (qualified name first, then class name,
+// then the canonical kind name)?
+bool pattern_selects(const std::string& pattern, const LayerInfo& layer);
+
+// Applies the defaults, the `layers` rules in order (later ones win) and
+// `skip_names` last. Validates per-layer settings against the layer (axis in
+// range, granularity allowed for the dtype): throws SpecError with the rule's
+// location.
+Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers);
+
+nlohmann::json plan_to_json(const Plan& plan);
+
+}  // namespace tq

@@ -1,0 +1,112 @@
+#include "taoquant/enums.h"
+
+namespace tq {
+
+template <class E>
+std::string EnumTable<E>::joined() const {
+  std::string out;
+  for (const auto& e : entries) {
+    if (!out.empty()) out += ", ";
+    out += e.name;
+  }
+  return out;
+}
+
+template struct EnumTable<DType>;
+template struct EnumTable<Mode>;
+template struct EnumTable<Algorithm>;
+template struct EnumTable<Granularity>;
+template struct EnumTable<LayerKind>;
+
+const EnumTable<DType>& dtype_table() {
+  static const EnumTable<DType> t{
+      "dtype",
+      {{DType::kInt8, "int8", "8-bit signed integer, symmetric by default"},
+       {DType::kUInt8, "uint8", "8-bit unsigned integer, affine (zero point)"},
+       {DType::kInt4, "int4", "4-bit signed integer, per-group scales, packed two per byte"},
+       {DType::kFp8E4M3, "fp8_e4m3fn", "OCP FP8 E4M3FN (max 448, no infinities)"},
+       {DType::kFp8E5M2, "fp8_e5m2", "OCP FP8 E5M2 (max 57344)"},
+       {DType::kNative, "native", "leave in the model's float type"}},
+      {{"float8_e4m3fn", DType::kFp8E4M3}, {"float8_e5m2", DType::kFp8E5M2}}};
+  return t;
+}
+
+const EnumTable<Mode>& mode_table() {
+  static const EnumTable<Mode> t{
+      "mode",
+      {{Mode::kWeightOnly, "weight_only_ptq", "quantize weights only; no calibration data"},
+       {Mode::kStatic, "static_ptq", "weights and activations; needs calibration data"},
+       {Mode::kDynamic, "dynamic_ptq", "weights offline, activations at run time"}},
+      {}};
+  return t;
+}
+
+const EnumTable<Algorithm>& algorithm_table() {
+  static const EnumTable<Algorithm> t{
+      "algorithm",
+      {{Algorithm::kMinMax, "minmax", "running min/max of the observed values"},
+       {Algorithm::kMax, "max", "absolute max (amax) of the observed values"},
+       {Algorithm::kEntropy, "entropy", "KL-divergence threshold over a 2048-bin histogram"},
+       {Algorithm::kPercentile, "percentile", "clip at a percentile of |x| (default 99.99)"},
+       {Algorithm::kMse, "mse", "clip that minimises quantization MSE"}},
+      {}};
+  return t;
+}
+
+const EnumTable<Granularity>& granularity_table() {
+  static const EnumTable<Granularity> t{
+      "granularity",
+      {{Granularity::kPerTensor, "per_tensor", "one scale for the tensor"},
+       {Granularity::kPerChannel, "per_channel", "one scale per output channel"},
+       {Granularity::kPerGroup, "per_group", "one scale per group of group_size weights"}},
+      {}};
+  return t;
+}
+
+const EnumTable<LayerKind>& layer_kind_table() {
+  static const EnumTable<LayerKind> t{
+      "layer kind",
+      {{LayerKind::kLinear, "Linear", "fully connected"},
+       {LayerKind::kConv1d, "Conv1d", ""},
+       {LayerKind::kConv2d, "Conv2d", ""},
+       {LayerKind::kConv3d, "Conv3d", ""},
+       {LayerKind::kConvTranspose1d, "ConvTranspose1d", ""},
+       {LayerKind::kConvTranspose2d, "ConvTranspose2d", ""},
+       {LayerKind::kConvTranspose3d, "ConvTranspose3d", ""}},
+      {}};
+  return t;
+}
+
+DTypeTraits dtype_traits(DType d) {
+  switch (d) {
+    case DType::kNative:
+      return {32, false, false, true, Granularity::kPerTensor};
+    case DType::kInt8:
+      return {8, false, true, true, Granularity::kPerChannel};
+    case DType::kUInt8:
+      return {8, false, true, false, Granularity::kPerChannel};
+    case DType::kInt4:
+      return {4, false, true, true, Granularity::kPerGroup};
+    case DType::kFp8E4M3:
+    case DType::kFp8E5M2:
+      return {8, true, false, true, Granularity::kPerTensor};
+  }
+  return {};
+}
+
+std::vector<Granularity> weight_granularities(DType d) {
+  switch (d) {
+    case DType::kNative:
+      return {};
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kInt4:
+      return {Granularity::kPerTensor, Granularity::kPerChannel, Granularity::kPerGroup};
+    case DType::kFp8E4M3:
+    case DType::kFp8E5M2:
+      return {Granularity::kPerTensor, Granularity::kPerChannel};
+  }
+  return {};
+}
+
+}  // namespace tq

@@ -1,0 +1,54 @@
+#include "taoquant/error.h"
+
+#include <algorithm>
+
+namespace tq {
+
+std::string SourceLoc::str() const {
+  std::string s = file;
+  if (line > 0) {
+    s += ":" + std::to_string(line);
+    if (column > 0) s += ":" + std::to_string(column);
+  }
+  return s;
+}
+
+static std::string located(const SourceLoc& loc, const std::string& msg) {
+  std::string where = loc.str();
+  return where.empty() ? msg : where + ": " + msg;
+}
+
+SpecError::SpecError(const SourceLoc& loc, const std::string& msg)
+    : Error(ExitCode::kUsage, located(loc, msg)), loc_(loc), bare_(msg) {}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  size_t best = SIZE_MAX;
+  const std::string* pick = nullptr;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best) {
+      best = d;
+      pick = &c;
+    }
+  }
+  // Close enough: at most a third of the longer word, and at least 1..2 edits.
+  size_t limit = std::max<size_t>(2, std::max(word.size(), pick ? pick->size() : 0) / 3);
+  if (!pick || best == 0 || best > limit) return "";
+  return " (did you mean '" + *pick + "'?)";
+}
+
+}  // namespace tq

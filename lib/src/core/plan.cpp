@@ -1,0 +1,276 @@
+#include "taoquant/plan.h"
+
+#include <algorithm>
+
+namespace tq {
+
+namespace {
+
+// Matches a `[...]` class at p[i] (p[i] == '['). Returns the index after the
+// closing ']' and sets `ok` when the class is well formed.
+size_t match_class(const std::string& p, size_t i, char c, bool& matched, bool& ok) {
+  size_t j = i + 1;
+  bool negate = false;
+  if (j < p.size() && (p[j] == '!' || p[j] == '^')) {
+    negate = true;
+    ++j;
+  }
+  bool any = false;
+  bool first = true;
+  while (j < p.size() && (p[j] != ']' || first)) {
+    first = false;
+    char lo = p[j];
+    if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
+      char hi = p[j + 2];
+      if (lo <= c && c <= hi) any = true;
+      j += 3;
+    } else {
+      if (lo == c) any = true;
+      ++j;
+    }
+  }
+  if (j >= p.size()) {  // no closing bracket: treat '[' literally
+    ok = false;
+    return i + 1;
+  }
+  ok = true;
+  matched = negate ? !any : any;
+  return j + 1;
+}
+
+bool match_from(const std::string& p, size_t pi, const std::string& t, size_t ti) {
+  while (pi < p.size()) {
+    char pc = p[pi];
+    if (pc == '*') {
+      while (pi < p.size() && p[pi] == '*') ++pi;
+      if (pi == p.size()) return true;
+      for (size_t k = ti; k <= t.size(); ++k)
+        if (match_from(p, pi, t, k)) return true;
+      return false;
+    }
+    if (ti >= t.size()) return false;
+    if (pc == '?') {
+      ++pi;
+      ++ti;
+      continue;
+    }
+    if (pc == '[') {
+      bool matched = false, ok = false;
+      size_t next = match_class(p, pi, t[ti], matched, ok);
+      if (ok) {
+        if (!matched) return false;
+        pi = next;
+        ++ti;
+        continue;
+      }
+    }
+    if (pc == '\\' && pi + 1 < p.size()) pc = p[++pi];
+    if (pc != t[ti]) return false;
+    ++pi;
+    ++ti;
+  }
+  return ti == t.size();
+}
+
+int default_axis(LayerKind k) {
+  switch (k) {
+    case LayerKind::kConvTranspose1d:
+    case LayerKind::kConvTranspose2d:
+    case LayerKind::kConvTranspose3d:
+      return 1;  // weight is [in, out/groups, k...]
+    default:
+      return 0;
+  }
+}
+
+TensorQuant default_weight(const Spec& spec, const LayerInfo& layer) {
+  TensorQuant q;
+  q.dtype = spec.quantize.default_layer_dtype;
+  q.granularity = dtype_traits(q.dtype).default_granularity;
+  q.axis = default_axis(layer.kind);
+  q.symmetric = q.dtype != DType::kUInt8;
+  q.observer = std::string(to_string(spec.quantize.algorithm));
+  return q;
+}
+
+TensorQuant default_activation(const Spec& spec) {
+  TensorQuant q;
+  q.dtype = spec.quantize.default_activation_dtype;
+  q.granularity = Granularity::kPerTensor;
+  q.symmetric = dtype_traits(q.dtype).is_float8 || q.dtype == DType::kInt4;
+  q.observer = std::string(to_string(spec.quantize.algorithm));
+  return q;
+}
+
+void apply(TensorQuant& q, const TensorQuantSpec& s, const LayerInfo& layer) {
+  if (s.dtype) {
+    q.dtype = *s.dtype;
+    q.granularity = dtype_traits(q.dtype).default_granularity;
+    q.symmetric = q.dtype != DType::kUInt8;
+  }
+  if (s.granularity) q.granularity = *s.granularity;
+  if (s.quant_axis) q.axis = *s.quant_axis;
+  if (s.group_size) q.group_size = *s.group_size;
+  if (s.symmetric) q.symmetric = *s.symmetric;
+  if (s.observer) q.observer = *s.observer;
+  if (!s.observer_kwargs.empty()) q.observer_kwargs = s.observer_kwargs;
+  (void)layer;
+}
+
+void validate_weight(const TensorQuant& q, const LayerInfo& layer, const SourceLoc& loc,
+                     const std::string& rule) {
+  if (!q.quantized()) return;
+  auto allowed = weight_granularities(q.dtype);
+  if (std::find(allowed.begin(), allowed.end(), q.granularity) == allowed.end()) {
+    std::string names;
+    for (auto g : allowed) names += (names.empty() ? "" : ", ") + std::string(to_string(g));
+    throw SpecError(loc, rule + ": granularity '" + std::string(to_string(q.granularity)) +
+                             "' is not available for dtype '" + std::string(to_string(q.dtype)) +
+                             "' weights (expected one of: " + names + ")");
+  }
+  int rank = static_cast<int>(layer.weight_shape.size());
+  if (q.granularity == Granularity::kPerChannel && (q.axis < 0 || q.axis >= rank)) {
+    throw SpecError(loc, rule + ": quant_axis " + std::to_string(q.axis) + " is out of range for layer '" +
+                             layer.name + "' whose weight has " + std::to_string(rank) +
+                             " dimensions (expected 0.." + std::to_string(rank - 1) + ")");
+  }
+  if (q.granularity == Granularity::kPerGroup && q.group_size <= 0) {
+    throw SpecError(loc, rule + ": group_size must be positive, got " + std::to_string(q.group_size));
+  }
+  if (q.dtype == DType::kUInt8 && q.symmetric) {
+    throw SpecError(loc, rule + ": uint8 weights are affine; 'symmetric: true' is not available for uint8 "
+                                "(use int8 for symmetric)");
+  }
+}
+
+}  // namespace
+
+bool wildcard_match(const std::string& pattern, const std::string& text) {
+  return match_from(pattern, 0, text, 0);
+}
+
+bool pattern_selects(const std::string& pattern, const LayerInfo& layer) {
+  if (wildcard_match(pattern, layer.name)) return true;
+  if (wildcard_match(pattern, layer.class_name)) return true;
+  std::string kind(to_string(layer.kind));
+  return kind != layer.class_name && wildcard_match(pattern, kind);
+}
+
+std::string TensorQuant::str() const {
+  if (!quantized()) return "float";
+  std::string s(to_string(dtype));
+  switch (granularity) {
+    case Granularity::kPerTensor:
+      return s + "/per_tensor";
+    case Granularity::kPerChannel:
+      return s + "/per_channel";
+    case Granularity::kPerGroup:
+      return s + "/g" + std::to_string(group_size);
+  }
+  return s;
+}
+
+size_t Plan::num_quantized() const {
+  return static_cast<size_t>(
+      std::count_if(layers.begin(), layers.end(), [](const LayerPlan& l) { return l.quantized(); }));
+}
+
+const LayerPlan* Plan::find(const std::string& name) const {
+  for (const auto& l : layers)
+    if (l.info.name == name) return &l;
+  return nullptr;
+}
+
+Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
+  const auto& q = spec.quantize;
+  Plan plan;
+  plan.mode = q.mode;
+  std::vector<int> rule_hits(q.layers.size(), 0);
+  std::vector<int> skip_hits(q.skip_names.size(), 0);
+  bool ignored_activations = false;
+
+  for (const auto& layer : layers) {
+    LayerPlan lp;
+    lp.info = layer;
+    lp.weights = default_weight(spec, layer);
+    lp.activations = default_activation(spec);
+    lp.decided_by = "default";
+    SourceLoc decided_loc = spec.loc("quantize.default_layer_dtype");
+
+    for (size_t i = 0; i < q.layers.size(); ++i) {
+      const auto& rule = q.layers[i];
+      if (!pattern_selects(rule.module_name, layer)) continue;
+      ++rule_hits[i];
+      if (rule.weights) apply(lp.weights, *rule.weights, layer);
+      if (rule.activations) apply(lp.activations, *rule.activations, layer);
+      lp.rule_index = static_cast<int>(i);
+      lp.decided_by = "layers[" + std::to_string(i) + "] '" + rule.module_name + "'";
+      decided_loc = rule.loc;
+    }
+    for (size_t j = 0; j < q.skip_names.size(); ++j) {
+      if (!pattern_selects(q.skip_names[j].pattern, layer)) continue;
+      ++skip_hits[j];
+      if (!lp.skipped) {
+        lp.skipped = true;
+        lp.decided_by = "skip_names[" + std::to_string(j) + "] '" + q.skip_names[j].pattern + "'";
+      }
+    }
+    if (lp.skipped) {
+      lp.weights.dtype = DType::kNative;
+      lp.activations.dtype = DType::kNative;
+    } else {
+      validate_weight(lp.weights, layer, decided_loc, lp.decided_by);
+    }
+    if (q.mode == Mode::kWeightOnly && lp.activations.quantized()) {
+      ignored_activations = true;
+      lp.activations.dtype = DType::kNative;
+    }
+    plan.layers.push_back(std::move(lp));
+  }
+
+  if (ignored_activations)
+    plan.warnings.push_back("activation dtypes are ignored in mode weight_only_ptq");
+  for (size_t i = 0; i < q.layers.size(); ++i)
+    if (rule_hits[i] == 0)
+      plan.warnings.push_back(q.layers[i].loc.str() + ": layers[" + std::to_string(i) + "] module_name '" +
+                              q.layers[i].module_name + "' matches no quantizable layer");
+  for (size_t j = 0; j < q.skip_names.size(); ++j)
+    if (skip_hits[j] == 0)
+      plan.warnings.push_back(q.skip_names[j].loc.str() + ": skip_names[" + std::to_string(j) + "] '" +
+                              q.skip_names[j].pattern + "' matches no quantizable layer");
+  return plan;
+}
+
+nlohmann::json plan_to_json(const Plan& plan) {
+  nlohmann::json layers = nlohmann::json::array();
+  auto tq_json = [](const TensorQuant& t) {
+    nlohmann::json j{{"dtype", std::string(to_string(t.dtype))}, {"format", t.str()}};
+    if (t.quantized()) {
+      j["granularity"] = std::string(to_string(t.granularity));
+      j["symmetric"] = t.symmetric;
+      if (t.granularity == Granularity::kPerChannel) j["axis"] = t.axis;
+      if (t.granularity == Granularity::kPerGroup) j["group_size"] = t.group_size;
+      j["observer"] = t.observer;
+      if (!t.observer_kwargs.empty()) j["observer_kwargs"] = t.observer_kwargs;
+    }
+    return j;
+  };
+  for (const auto& l : plan.layers) {
+    layers.push_back({{"name", l.info.name},
+                      {"class", l.info.class_name},
+                      {"kind", std::string(to_string(l.info.kind))},
+                      {"weight_shape", l.info.weight_shape},
+                      {"weights", tq_json(l.weights)},
+                      {"activations", tq_json(l.activations)},
+                      {"decided_by", l.decided_by},
+                      {"skipped", l.skipped},
+                      {"quantized", l.quantized()}});
+  }
+  return {{"mode", std::string(to_string(plan.mode))},
+          {"layers", layers},
+          {"num_layers", plan.layers.size()},
+          {"num_quantized", plan.num_quantized()},
+          {"warnings", plan.warnings}};
+}
+
+}  // namespace tq

@@ -1,0 +1,410 @@
+// Validation: the resolved node tree into the typed sections of tq::Spec.
+// Every message names the dotted key, what was found and what is expected.
+#include <algorithm>
+#include <cctype>
+#include <climits>
+
+#include <spdlog/spdlog.h>
+
+#include "spec/passes.h"
+
+namespace tq::spec_detail {
+namespace {
+
+// The sections and subsections tao-quant reads.
+const std::vector<std::string> kTopKeys = {"results_dir", "quantize", "dataset", "evaluate"};
+const std::vector<std::string> kDataSources = {"quant_calibration_dataset", "test_dataset"};
+// TAO keys that are close to ours by spelling but are not typos.
+const std::vector<std::string> kTaoTopKeys = {
+    "model",    "train",   "export",         "inference",    "gen_trt_engine", "prune",
+    "distill",  "wandb",   "encryption_key", "augmentation", "infer",          "data",
+    "num_gpus", "gpu_ids", "seed",           "hydra",        "defaults",       "dataset_convert"};
+const std::vector<std::string> kTaoDatasetKeys = {
+    "train_dataset",   "val_dataset", "infer_dataset", "inference_dataset",
+    "predict_dataset", "num_classes", "img_size",      "augmentation",
+    "root_dir",        "batch_size",  "workers",       "num_workers",
+    "dataset",         "type",        "pin_memory"};
+const std::vector<std::string> kColors = {"rgb", "bgr", "gray"};
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// did_you_mean, plus a case-insensitive match ("INT8" -> "int8") and a
+// unique completion ("dynamic" -> "dynamic_ptq").
+std::string suggest(const std::string& word, const std::vector<std::string>& candidates) {
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string* completion = nullptr;
+  size_t completions = 0;
+  for (const auto& c : candidates) {
+    if (c != word && lower(c) == lower(word)) return " (did you mean '" + c + "'?)";
+    if (word.size() >= 3 && c.size() > word.size() && c.compare(0, word.size(), word) == 0) {
+      completion = &c;
+      ++completions;
+    }
+  }
+  std::string close = did_you_mean(word, candidates);
+  if (close.empty() && completions == 1) return " (did you mean '" + *completion + "'?)";
+  return close;
+}
+
+[[noreturn]] void fail(const Node& n, const std::string& path, const std::string& msg) {
+  throw SpecError(n.loc, path + ": " + msg);
+}
+
+[[noreturn]] void type_error(const Node& n, const std::string& path, const std::string& expected) {
+  fail(n, path, "expected " + expected + ", found " + describe(n));
+}
+
+const Node& scalar(const Node& n, const std::string& path, const std::string& expected) {
+  if (!n.is_scalar()) type_error(n, path, expected);
+  return n;
+}
+
+// Converters: (node, dotted path) -> value, or SpecError.
+std::string to_str(const Node& n, const std::string& path) {
+  return scalar(n, path, "a string").text;
+}
+
+std::string to_nonempty(const Node& n, const std::string& path) {
+  const std::string& s = scalar(n, path, "a non-empty string").text;
+  if (s.empty()) type_error(n, path, "a non-empty string");
+  return s;
+}
+
+bool to_bool(const Node& n, const std::string& path) {
+  auto b = parse_bool(scalar(n, path, "true or false").text);
+  if (!b) type_error(n, path, "true or false");
+  return *b;
+}
+
+double to_number(const Node& n, const std::string& path) {
+  auto v = parse_float(scalar(n, path, "a number").text);
+  if (!v) type_error(n, path, "a number");
+  return *v;
+}
+
+auto positive_number() {
+  return [](const Node& n, const std::string& path) {
+    double v = to_number(n, path);
+    if (!(v > 0)) type_error(n, path, "a number > 0");
+    return v;
+  };
+}
+
+// An int >= min (INT_MIN: any int).
+auto int_at_least(int64_t min) {
+  return [min](const Node& n, const std::string& path) {
+    const std::string expected = min == 1   ? "a positive integer"
+                                 : min == 0 ? "a non-negative integer"
+                                            : "an integer";
+    auto v = parse_int(scalar(n, path, expected).text);
+    if (!v || *v < min || *v > INT_MAX) type_error(n, path, expected);
+    return static_cast<int>(*v);
+  };
+}
+
+uint64_t to_seed(const Node& n, const std::string& path) {
+  auto v = parse_int(scalar(n, path, "a non-negative integer").text);
+  if (!v || *v < 0) type_error(n, path, "a non-negative integer");
+  return static_cast<uint64_t>(*v);
+}
+
+template <class E>
+auto to_enum(const EnumTable<E>& table) {
+  return [&table](const Node& n, const std::string& path) {
+    const std::string what(table.what);
+    const std::string& s = scalar(n, path, "a " + what + " (one of: " + table.joined() + ")").text;
+    if (auto v = table.parse(s)) return *v;
+    std::vector<std::string> spellings = table.names();
+    for (const auto& alias : table.aliases) spellings.emplace_back(alias.first);
+    fail(n, path,
+         "'" + s + "' is not a valid " + what + " (expected one of: " + table.joined() + ")" +
+             suggest(s, spellings));
+  };
+}
+
+template <class T, class Conv>
+auto list_of(Conv item, std::string expected, bool allow_single = false) {
+  return [item, expected, allow_single](const Node& n, const std::string& path) {
+    std::vector<T> out;
+    if (allow_single && n.is_scalar()) return std::vector<T>{item(n, path)};
+    if (!n.is_list()) type_error(n, path, expected);
+    for (size_t i = 0; i < n.items.size(); ++i)
+      out.push_back(item(*n.items[i], join_path(path, std::to_string(i))));
+    return out;
+  };
+}
+
+nlohmann::json to_json_map(const Node& n, const std::string& path) {
+  if (!n.is_map()) type_error(n, path, "a map");
+  return to_json(n);
+}
+
+std::string to_device(const Node& n, const std::string& path) {
+  const std::string s = to_str(n, path);
+  if (s == "cpu" || s == "cuda") return s;
+  if (s.compare(0, 5, "cuda:") == 0 && s.size() > 5 &&
+      std::all_of(s.begin() + 5, s.end(), [](char c) { return std::isdigit(c); }))
+    return s;
+  fail(n, path,
+       "'" + s + "' is not a valid device (expected cpu, cuda or cuda:N, e.g. cuda:0)" +
+           suggest(s, {"cpu", "cuda"}));
+}
+
+std::string to_color(const Node& n, const std::string& path) {
+  const std::string s = to_str(n, path);
+  if (!contains(kColors, s))
+    fail(n, path,
+         "'" + s + "' is not a valid color (expected one of: " + join_names(kColors) + ")" +
+             suggest(s, kColors));
+  return s;
+}
+
+// A map section; null counts as an empty one.
+class Section {
+ public:
+  Section(const Node& n, std::string path) : node_(n), path_(std::move(path)) {
+    if (!n.is_map() && !n.is_null()) type_error(n, path_, "a map");
+  }
+
+  // Rejects keys other than `allowed`; `ignored` ones are logged and skipped.
+  void only(const std::vector<std::string>& allowed,
+            const std::vector<std::string>& ignored = {}) const {
+    for (const auto& e : node_.entries) {
+      if (contains(allowed, e.key)) continue;
+      if (contains(ignored, e.key)) {
+        spdlog::debug("{}: {} ignored (a TAO key tao-quant does not use)", e.key_loc.str(),
+                      at(e.key));
+        continue;
+      }
+      throw SpecError(e.key_loc, path_ + ": unknown key '" + e.key + "'" + suggest(e.key, allowed) +
+                                     "; allowed keys: " + join_names(allowed));
+    }
+  }
+
+  // The value of `key` when it is set: present, not null, not `???`.
+  const Node* get(const std::string& key) const {
+    const Entry* e = node_.find(key);
+    if (!e || e->value->is_null() || e->value->is_missing()) return nullptr;
+    return e->value.get();
+  }
+
+  std::string at(const std::string& key) const { return join_path(path_, key); }
+  const Node& node() const { return node_; }
+
+  template <class T, class Conv>
+  void read(const std::string& key, T& out, Conv conv) const {
+    if (const Node* n = get(key)) out = conv(*n, at(key));
+  }
+
+ private:
+  const Node& node_;
+  std::string path_;
+};
+
+TensorQuantSpec read_tensor(const Node& n, const std::string& path) {
+  Section s(n, path);
+  s.only({"dtype", "granularity", "quant_axis", "group_size", "symmetric", "observer_or_fake_quant",
+          "observer_or_fake_quant_kwargs"});
+  TensorQuantSpec t;
+  t.loc = n.loc;
+  s.read("dtype", t.dtype, to_enum(dtype_table()));
+  s.read("granularity", t.granularity, to_enum(granularity_table()));
+  s.read("quant_axis", t.quant_axis, int_at_least(INT_MIN));
+  s.read("group_size", t.group_size, int_at_least(1));
+  s.read("symmetric", t.symmetric, to_bool);
+  s.read("observer_or_fake_quant", t.observer, to_nonempty);
+  s.read("observer_or_fake_quant_kwargs", t.observer_kwargs, to_json_map);
+  return t;
+}
+
+std::vector<LayerRule> read_layers(const Node& n, const std::string& path) {
+  if (!n.is_list()) type_error(n, path, "a list of {module_name, weights, activations} maps");
+  std::vector<LayerRule> out;
+  for (size_t i = 0; i < n.items.size(); ++i) {
+    const Node& item = *n.items[i];
+    Section s(item, join_path(path, std::to_string(i)));
+    s.only({"module_name", "weights", "activations"});
+    LayerRule rule;
+    rule.loc = item.loc;
+    const Node* name = s.get("module_name");
+    if (!name) {
+      const Entry* e = item.find("module_name");
+      fail(e ? *e->value : item, s.at("module_name"),
+           e && e->value->is_missing()
+               ? "is '" + std::string(kMissingText) +
+                     "' (a value you must fill in): a module name or class pattern"
+               : "is required: a module name or class pattern such as 'Linear' or "
+                 "'encoder.*'");
+    }
+    rule.module_name = to_nonempty(*name, s.at("module_name"));
+    if (const Node* w = s.get("weights")) rule.weights = read_tensor(*w, s.at("weights"));
+    if (const Node* a = s.get("activations"))
+      rule.activations = read_tensor(*a, s.at("activations"));
+    out.push_back(std::move(rule));
+  }
+  return out;
+}
+
+void read_quantize(const Section& s, QuantizeSpec& q) {
+  s.only({"backend", "mode", "algorithm", "default_layer_dtype", "default_activation_dtype",
+          "layers", "skip_names", "model_path", "results_dir", "backend_kwargs", "device"});
+  s.read("backend", q.backend, to_nonempty);
+  s.read("mode", q.mode, to_enum(mode_table()));
+  s.read("algorithm", q.algorithm, to_enum(algorithm_table()));
+  s.read("default_layer_dtype", q.default_layer_dtype, to_enum(dtype_table()));
+  s.read("default_activation_dtype", q.default_activation_dtype, to_enum(dtype_table()));
+  if (const Node* n = s.get("layers")) q.layers = read_layers(*n, s.at("layers"));
+  if (const Node* n = s.get("skip_names")) {
+    auto patterns =
+        list_of<std::string>(to_nonempty, "a list of name patterns")(*n, s.at("skip_names"));
+    for (size_t i = 0; i < patterns.size(); ++i)
+      q.skip_names.push_back({patterns[i], n->items[i]->loc});
+  }
+  s.read("model_path", q.model_path, to_str);
+  s.read("results_dir", q.results_dir, to_str);
+  s.read("backend_kwargs", q.backend_kwargs, to_json_map);
+  s.read("device", q.device, to_device);
+}
+
+PreprocessSpec read_preprocess(const Section& s) {
+  s.only({"input_size", "resize", "center_crop", "mean", "std", "color", "scale"});
+  PreprocessSpec p;
+  if (const Node* n = s.get("input_size")) {
+    const std::string expected = "[H, W] (two positive integers) or one positive integer";
+    if (n->is_scalar()) {
+      int side = int_at_least(1)(*n, s.at("input_size"));
+      p.input_size = {side, side};
+    } else {
+      p.input_size = list_of<int>(int_at_least(1), expected)(*n, s.at("input_size"));
+      if (p.input_size.size() != 2) type_error(*n, s.at("input_size"), expected);
+    }
+  }
+  s.read("resize", p.resize, int_at_least(0));
+  s.read("center_crop", p.center_crop, to_bool);
+  s.read("mean", p.mean, list_of<double>(to_number, "a list of numbers (one per channel)", true));
+  s.read("std", p.std, list_of<double>(positive_number(), "a list of numbers > 0", true));
+  if (!p.mean.empty() && !p.std.empty() && p.mean.size() != p.std.size())
+    fail(*s.get("std"), s.at("std"),
+         "has " + std::to_string(p.std.size()) + " values but mean has " +
+             std::to_string(p.mean.size()) + " (one per channel each)");
+  s.read("color", p.color, to_color);
+  s.read("scale", p.scale, positive_number());
+  return p;
+}
+
+DataSourceSpec read_source(const Node& n, const std::string& path) {
+  Section s(n, path);
+  s.only({"images_dir", "data_file", "input_key", "label_key", "classes", "batch_size",
+          "max_batches", "shuffle", "seed", "num_workers", "preprocess"});
+  DataSourceSpec d;
+  d.loc = n.loc;
+  const auto strings = list_of<std::string>(to_nonempty, "a string or a list of strings", true);
+  s.read("images_dir", d.images_dir, to_str);
+  s.read("data_file", d.data_files, strings);
+  if (!d.images_dir.empty() && !d.data_files.empty())
+    fail(*s.get("data_file"), path,
+         "set images_dir or data_file, not both (images_dir is '" + d.images_dir + "')");
+  s.read("input_key", d.input_keys, strings);
+  s.read("label_key", d.label_key, to_nonempty);
+  s.read("classes", d.classes, list_of<std::string>(to_nonempty, "a list of class names"));
+  s.read("batch_size", d.batch_size, int_at_least(1));
+  s.read("max_batches", d.max_batches, int_at_least(0));
+  s.read("shuffle", d.shuffle, to_bool);
+  s.read("seed", d.seed, to_seed);
+  s.read("num_workers", d.num_workers, int_at_least(1));
+  if (const Node* p = s.get("preprocess"))
+    d.preprocess = read_preprocess(Section(*p, s.at("preprocess")));
+  return d;
+}
+
+void read_dataset(const Section& s, DatasetSpec& d) {
+  for (const auto& e : s.node().entries) {
+    if (contains(kDataSources, e.key)) continue;
+    std::string hint = did_you_mean(e.key, kDataSources);  // only real typos are errors
+    if (!hint.empty() && !contains(kTaoDatasetKeys, e.key))
+      throw SpecError(e.key_loc, "dataset: unknown key '" + e.key + "'" + hint +
+                                     "; tao-quant reads " + join_names(kDataSources));
+    spdlog::debug("{}: dataset.{} ignored (tao-quant reads {})", e.key_loc.str(), e.key,
+                  join_names(kDataSources));
+  }
+  if (const Node* n = s.get("quant_calibration_dataset"))
+    d.quant_calibration_dataset = read_source(*n, s.at("quant_calibration_dataset"));
+  if (const Node* n = s.get("test_dataset")) d.test_dataset = read_source(*n, s.at("test_dataset"));
+}
+
+void read_evaluate(const Section& s, EvaluateSpec& ev) {
+  s.only({"checkpoint", "is_quantized", "batch_size", "num_batches", "latency", "gates"},
+         {"num_gpus", "gpu_ids", "results_dir", "trt_engine", "gpu_id"});
+  s.read("checkpoint", ev.checkpoint, to_str);
+  s.read("is_quantized", ev.is_quantized, to_bool);
+  s.read("batch_size", ev.batch_size, int_at_least(1));
+  s.read("num_batches", ev.num_batches, int_at_least(0));
+  if (const Node* n = s.get("latency")) {
+    Section lat(*n, s.at("latency"));
+    lat.only({"batch_sizes", "warmup", "iters"});
+    LatencySpec l;
+    lat.read("batch_sizes", l.batch_sizes,
+             list_of<int>(int_at_least(1), "a list of positive integers", true));
+    if (l.batch_sizes.empty())
+      type_error(*lat.get("batch_sizes"), lat.at("batch_sizes"), "at least one batch size");
+    lat.read("warmup", l.warmup, int_at_least(0));
+    lat.read("iters", l.iters, int_at_least(1));
+    ev.latency = l;
+  }
+  if (const Node* n = s.get("gates")) {
+    Section g(*n, s.at("gates"));
+    g.only({"max_top1_drop", "min_top1", "min_cosine", "min_sqnr_db", "min_top1_agreement",
+            "min_speedup", "max_size_ratio"});
+    GatesSpec& gs = ev.gates;
+    g.read("max_top1_drop", gs.max_top1_drop, to_number);
+    g.read("min_top1", gs.min_top1, to_number);
+    g.read("min_cosine", gs.min_cosine, to_number);
+    g.read("min_sqnr_db", gs.min_sqnr_db, to_number);
+    g.read("min_top1_agreement", gs.min_top1_agreement, to_number);
+    g.read("min_speedup", gs.min_speedup, to_number);
+    g.read("max_size_ratio", gs.max_size_ratio, to_number);
+  }
+}
+
+}  // namespace
+
+bool is_read_path(const std::string& path) {
+  const std::vector<std::string> parts = split_path(path);
+  if (parts[0] == "dataset") return parts.size() == 1 || contains(kDataSources, parts[1]);
+  return contains(kTopKeys, parts[0]);
+}
+
+void read_sections(const Node& root, const std::set<std::string>& referenced, Spec& spec) {
+  Section top(root, "spec");
+  for (const auto& e : root.entries) {
+    if (contains(kTopKeys, e.key)) continue;
+    if (contains(kTaoTopKeys, e.key) || referenced.count(e.key)) {
+      spdlog::debug("{}: '{}' ignored (tao-quant reads {})", e.key_loc.str(), e.key,
+                    join_names(kTopKeys));
+      continue;
+    }
+    std::string hint = did_you_mean(e.key, kTopKeys);  // only real typos are errors
+    if (!hint.empty())
+      throw SpecError(e.key_loc, "unknown top-level key '" + e.key + "'" + hint +
+                                     "; tao-quant reads " + join_names(kTopKeys));
+    spdlog::warn("{}: unknown top-level key '{}' ignored (tao-quant reads {})", e.key_loc.str(),
+                 e.key, join_names(kTopKeys));
+  }
+  top.read("results_dir", spec.results_dir, to_str);
+  if (const Node* n = top.get("quantize")) read_quantize(Section(*n, "quantize"), spec.quantize);
+  if (const Node* n = top.get("dataset")) read_dataset(Section(*n, "dataset"), spec.dataset);
+  if (const Node* n = top.get("evaluate")) read_evaluate(Section(*n, "evaluate"), spec.evaluate);
+}
+
+}  // namespace tq::spec_detail

@@ -1,0 +1,135 @@
+// Entry points of the spec parser: read -> overrides -> interpolation ->
+// validation, and the checks commands run for values a spec may leave unset.
+#include "taoquant/spec.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "spec/passes.h"
+
+namespace tq {
+
+using spec_detail::kMissingText;
+using spec_detail::Node;
+
+bool GatesSpec::empty() const {
+  return !max_top1_drop && !min_top1 && !min_cosine && !min_sqnr_db && !min_top1_agreement &&
+         !min_speedup && !max_size_ratio;
+}
+
+SourceLoc Spec::loc(const std::string& dotted) const {
+  auto it = locs.find(dotted);
+  return it != locs.end() ? it->second : SourceLoc{path, 0, 0};
+}
+
+std::string Spec::effective_results_dir() const {
+  return quantize.results_dir.empty() ? results_dir : quantize.results_dir;
+}
+
+namespace {
+
+// Records where every key is and which ones are `???`.
+void index_tree(const Node& n, const std::string& path, Spec& spec) {
+  auto visit = [&](const std::string& p, const Node& child) {
+    spec.locs[p] = child.loc;
+    if (child.is_missing()) spec.missing.insert(p);
+    index_tree(child, p, spec);
+  };
+  for (size_t i = 0; i < n.items.size(); ++i)
+    visit(spec_detail::join_path(path, std::to_string(i)), *n.items[i]);
+  for (const auto& e : n.entries) visit(spec_detail::join_path(path, e.key), *e.value);
+}
+
+// `key` is unset: say whether it is `???`, empty or absent, and how to set it.
+[[noreturn]] void throw_unset(const Spec& spec, const std::string& key, const std::string& how,
+                              const std::string& what) {
+  if (spec.missing.count(key))
+    throw SpecError(spec.loc(key), key + " is '" + kMissingText +
+                                       "' (a value you must fill in): " + what + "; " + how);
+  if (spec.locs.count(key)) throw SpecError(spec.loc(key), key + " is empty: " + what + "; " + how);
+  const std::string section = key.substr(0, key.find('.'));
+  SourceLoc loc = section != key && spec.locs.count(section) ? spec.loc(section) : spec.loc("");
+  throw SpecError(loc, key + " is not set: " + what + "; " + how);
+}
+
+}  // namespace
+
+Spec parse_spec_text(const std::string& text, const std::string& name,
+                     const std::vector<std::string>& overrides) {
+  spec_detail::NodePtr root = spec_detail::parse_yaml(text, name);
+  if (root->is_null()) {  // an empty file: everything may come from overrides
+    root = spec_detail::make_map({name, 1, 1});
+  } else if (!root->is_map()) {
+    throw SpecError(root->loc,
+                    "the spec must be a map of sections (results_dir, quantize, "
+                    "dataset, evaluate, ...), found " +
+                        spec_detail::describe(*root));
+  }
+  for (const auto& arg : overrides) spec_detail::apply_override(*root, arg);
+  const std::set<std::string> referenced = spec_detail::resolve_interpolations(
+      *root, [](const std::string& p) { return !spec_detail::is_read_path(p); });
+
+  Spec spec;
+  spec.path = name;
+  spec.resolved = spec_detail::to_json(*root);
+  index_tree(*root, "", spec);
+  spec_detail::read_sections(*root, referenced, spec);
+  if (spec.quantize.results_dir.empty()) spec.quantize.results_dir = spec.results_dir;
+  return spec;
+}
+
+Spec load_spec(const std::string& path, const std::vector<std::string>& overrides) {
+  const SourceLoc where{path, 0, 0};
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw SpecError(where, "cannot read the spec file: it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw SpecError(where, std::string("cannot read the spec file: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad())
+    throw SpecError(where, std::string("cannot read the spec file: ") + std::strerror(errno));
+  return parse_spec_text(text.str(), path, overrides);
+}
+
+void require_model_path(const Spec& spec) {
+  if (!spec.quantize.model_path.empty()) return;
+  throw_unset(spec, "quantize.model_path", "set it in the spec or pass quantize.model_path=PATH",
+              "the model to quantize (a TorchScript .pt file)");
+}
+
+void require_results_dir(const Spec& spec) {
+  if (!spec.effective_results_dir().empty()) return;
+  // Name the key to fill in: a `???` one (top-level first), else the one present.
+  const bool top_missing = spec.missing.count("results_dir") > 0;
+  const bool q_missing = spec.missing.count("quantize.results_dir") > 0;
+  const bool q_only = spec.locs.count("quantize.results_dir") && !spec.locs.count("results_dir");
+  const std::string key =
+      !top_missing && (q_missing || q_only) ? "quantize.results_dir" : "results_dir";
+  throw_unset(spec, key,
+              "set results_dir (or quantize.results_dir) in the spec or pass " + key + "=DIR",
+              "the directory results are written to");
+}
+
+void require_calibration(const Spec& spec) {
+  if (spec.quantize.mode != Mode::kStatic) return;
+  const auto& cal = spec.dataset.quant_calibration_dataset;
+  if (cal && !cal->empty()) return;
+  const std::string section = "dataset.quant_calibration_dataset";
+  const std::string how = "set " + section + ".images_dir (an image folder) or " + section +
+                          ".data_file (.npz/.npy/.pt) in the spec or pass " + section +
+                          ".images_dir=DIR";
+  const std::string what = "quantize.mode static_ptq needs calibration data";
+  for (const std::string& key : {section, section + ".images_dir", section + ".data_file"})
+    if (spec.missing.count(key)) throw_unset(spec, key, how, what);
+  SourceLoc loc = spec.locs.count(section) ? spec.loc(section) : spec.loc("quantize.mode");
+  throw SpecError(loc, what + " and " + section + " " +
+                           (cal ? "has neither images_dir nor data_file" : "is not set") + ": " +
+                           how);
+}
+
+}  // namespace tq

@@ -1,0 +1,179 @@
+#include "taoquant/model.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/script.h>
+
+namespace tq {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string first_line(const std::string& s) {
+  auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+struct KindName {
+  const char* class_name;
+  LayerKind kind;
+  size_t rank;
+};
+
+// Class names that map to a layer kind (nn.MultiheadAttention's out_proj is a
+// NonDynamicallyQuantizableLinear), with the weight rank we expect.
+constexpr KindName kKinds[] = {
+    {"Linear", LayerKind::kLinear, 2},
+    {"NonDynamicallyQuantizableLinear", LayerKind::kLinear, 2},
+    {"Conv1d", LayerKind::kConv1d, 3},
+    {"Conv2d", LayerKind::kConv2d, 4},
+    {"Conv3d", LayerKind::kConv3d, 5},
+    {"ConvTranspose1d", LayerKind::kConvTranspose1d, 3},
+    {"ConvTranspose2d", LayerKind::kConvTranspose2d, 4},
+    {"ConvTranspose3d", LayerKind::kConvTranspose3d, 5},
+};
+
+}  // namespace
+
+torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bool verbose) {
+  std::string origin = from.file.empty() ? "" : " (from " + from.str() + ")";
+  std::error_code ec;
+  if (path.empty()) throw RuntimeError("no model path given" + origin);
+  if (!fs::exists(path, ec)) throw RuntimeError("model file '" + path + "' does not exist" + origin);
+  if (fs::is_directory(path, ec))
+    throw RuntimeError("model path '" + path + "' is a directory, expected a TorchScript file" + origin);
+  {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw RuntimeError("cannot read model file '" + path + "': " + std::strerror(errno) + origin);
+    char magic[4] = {0, 0, 0, 0};
+    f.read(magic, 4);
+    if (f.gcount() < 4 || !(magic[0] == 'P' && magic[1] == 'K'))
+      throw RuntimeError("model file '" + path + "' is not a TorchScript archive (not a zip file)" + origin +
+                         "; export the model with torch.jit.script(model).save(path)");
+  }
+  try {
+    auto m = torch::jit::load(path, torch::kCPU);
+    m.eval();
+    return m;
+  } catch (const c10::Error& e) {
+    std::string msg = verbose ? e.what() : first_line(e.what_without_backtrace());
+    throw RuntimeError("cannot load model '" + path + "' as TorchScript: " + msg + origin +
+                       " (is the file truncated or not saved with torch.jit.save?)");
+  } catch (const std::exception& e) {
+    throw RuntimeError("cannot load model '" + path + "' as TorchScript: " + first_line(e.what()) + origin);
+  }
+}
+
+std::string module_class_name(const torch::jit::Module& m) {
+  auto name = m.type()->name();
+  return name ? name->name() : "Module";
+}
+
+std::vector<LayerInfo> discover_layers(const torch::jit::Module& model) {
+  std::vector<LayerInfo> out;
+  for (const auto& nm : model.named_modules()) {
+    std::string cls = module_class_name(nm.value);
+    for (const auto& k : kKinds) {
+      if (cls != k.class_name) continue;
+      if (!nm.value.hasattr("weight")) break;
+      auto w = nm.value.attr("weight");
+      if (!w.isTensor()) break;
+      auto t = w.toTensor();
+      if (static_cast<size_t>(t.dim()) != k.rank || !t.is_floating_point()) break;
+      LayerInfo li;
+      li.name = nm.name;
+      li.class_name = cls;
+      li.kind = k.kind;
+      li.weight_shape = t.sizes().vec();
+      li.has_bias = nm.value.hasattr("bias") && nm.value.attr("bias").isTensor();
+      out.push_back(std::move(li));
+      break;
+    }
+  }
+  return out;
+}
+
+torch::jit::Module find_submodule(const torch::jit::Module& model, const std::string& dotted) {
+  torch::jit::Module cur = model;
+  std::stringstream ss(dotted);
+  std::string part;
+  while (std::getline(ss, part, '.')) {
+    auto v = cur.attr(part, c10::IValue());
+    if (!v.isModule()) throw RuntimeError("model has no submodule '" + dotted + "'");
+    cur = v.toModule();
+  }
+  return cur;
+}
+
+size_t model_tensor_bytes(const torch::jit::Module& model) {
+  size_t n = 0;
+  for (const auto& p : model.parameters()) n += p.numel() * p.element_size();
+  for (const auto& b : model.buffers()) n += b.numel() * b.element_size();
+  return n;
+}
+
+namespace {
+
+std::string temp_path_for(const std::string& path) {
+  fs::path p(path);
+  return (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+}
+
+void ensure_parent(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw RuntimeError("cannot create directory '" + parent.string() + "': " + ec.message());
+}
+
+void rename_into_place(const std::string& tmp, const std::string& path) {
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    throw RuntimeError("cannot move '" + tmp + "' to '" + path + "': " + std::strerror(err));
+  }
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& data) {
+  ensure_parent(path);
+  std::string tmp = temp_path_for(path);
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw RuntimeError("cannot write '" + tmp + "': " + std::strerror(errno));
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw RuntimeError("write to '" + path + "' failed: " + std::strerror(errno));
+    }
+  }
+  rename_into_place(tmp, path);
+}
+
+void save_module_atomic(const torch::jit::Module& model, const std::string& path,
+                        const std::map<std::string, std::string>& extra_files) {
+  ensure_parent(path);
+  std::string tmp = temp_path_for(path);
+  torch::jit::ExtraFilesMap extra;
+  for (const auto& [k, v] : extra_files) extra[k] = v;
+  try {
+    model.save(tmp, extra);
+  } catch (const c10::Error& e) {
+    std::remove(tmp.c_str());
+    throw RuntimeError("cannot save model to '" + path + "': " + first_line(e.what_without_backtrace()));
+  }
+  rename_into_place(tmp, path);
+}
+
+}  // namespace tq

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Builds (once) the models and data that tao-quant's tests and demo use.
+#
+# Usage: scripts/models/make_test_models.sh [OUTDIR] [PART ...]
+#   OUTDIR  default: models/ at the repository root (relative paths are
+#           taken from the current directory)
+#   PART    fmnist  -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json}
+#           tv      -> OUTDIR/tv/{resnet18.pt,imagenet_rand_n8_224.npz}
+#           extra   -> OUTDIR/fmnist/{cnn_bn,resnet,vit,mlp}.pt (+ .json); not in "all"
+#           all     -> fmnist tv (the default)
+#
+# Everything is a cache: an artifact that exists is never rebuilt (delete it,
+# or the whole OUTDIR, to rebuild).  Each artifact group has its own lock
+# (flock on OUTDIR/.lock-<group>): concurrent calls that need the same group
+# wait for each other (the second then finds it cached), while a call that
+# needs only present artifacts never waits.  Every artifact is produced under
+# a temporary name in OUTDIR and renamed into place, so no half-written file
+# is ever visible under its final name.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "${SCRIPT_DIR}/../.." && pwd)"
+PY=/usr/bin/python3
+
+OUTDIR="${1:-${REPO_ROOT}/models}"
+if [[ $# -gt 0 ]]; then shift; fi
+PARTS=("$@")
+if [[ ${#PARTS[@]} -eq 0 ]]; then PARTS=(all); fi
+
+want_fmnist=0 want_tv=0 want_extra=0
+for part in "${PARTS[@]}"; do
+  case "${part}" in
+    all) want_fmnist=1 want_tv=1 ;;
+    fmnist) want_fmnist=1 ;;
+    tv) want_tv=1 ;;
+    extra) want_extra=1 ;;
+    *) echo "make_test_models: unknown part '${part}' (fmnist|tv|extra|all)" >&2; exit 2 ;;
+  esac
+done
+
+mkdir -p "${OUTDIR}"
+OUTDIR="$(cd "${OUTDIR}" && pwd)"
+
+TMP=""
+cleanup() { if [[ -n "${TMP}" ]]; then rm -rf "${TMP}"; fi; }
+trap cleanup EXIT
+
+# Called before building anything: checks Python and makes the scratch folder
+# (inside OUTDIR, so that the final mv is a rename on one filesystem).
+prepare() {
+  if [[ -n "${TMP}" ]]; then return 0; fi
+  if [[ ! -x "${PY}" ]] || ! "${PY}" -c 'import torch, torchvision, numpy' 2>/dev/null; then
+    echo "make_test_models: ${PY} with torch/torchvision/numpy is required (run scripts/setup.sh)" >&2
+    exit 1
+  fi
+  TMP="$(mktemp -d "${OUTDIR}/.tmp-make.XXXXXX")"
+}
+
+log() { echo "make_test_models: $*"; }
+did_something=0
+
+# lock NAME: holds OUTDIR/.lock-NAME on fd 9 until unlock (or exit).
+lock() {
+  exec 9>"${OUTDIR}/.lock-$1"
+  if ! flock -n 9; then
+    log "waiting for another run to finish ${OUTDIR}/.lock-$1 ..."
+    flock 9
+  fi
+}
+unlock() { exec 9>&-; }
+
+# Moves TMP/src to dest (same filesystem: a rename) unless dest exists.
+install_artifact() {
+  local src="$1" dest="$2"
+  if [[ -e "${dest}" ]]; then return 0; fi
+  mv -T "${src}" "${dest}"
+  log "created ${dest}"
+}
+
+fmnist_data_missing() {
+  local f
+  for f in test.npz calib.npz calib_png test_png; do
+    [[ -e "${OUTDIR}/fmnist/${f}" ]] || return 0
+  done
+  return 1
+}
+
+fmnist_data() {
+  local d="${OUTDIR}/fmnist" f
+  mkdir -p "${d}"
+  if ! fmnist_data_missing; then
+    log "fmnist data present in ${d} (cached)"
+    return 0
+  fi
+  lock fmnist-data
+  if ! fmnist_data_missing; then
+    unlock
+    log "fmnist data present in ${d} (made by a concurrent run)"
+    return 0
+  fi
+  prepare
+  log "writing Fashion-MNIST data to ${d} ..."
+  "${PY}" "${SCRIPT_DIR}/fmnist_data.py" "${TMP}/fmnist"
+  for f in test.npz calib.npz calib_png test_png; do
+    install_artifact "${TMP}/fmnist/${f}" "${d}/${f}"
+  done
+  unlock
+  did_something=1
+}
+
+fmnist_model() {
+  local arch="$1" d="${OUTDIR}/fmnist"
+  mkdir -p "${d}"
+  if [[ -e "${d}/${arch}.pt" ]]; then
+    log "fmnist/${arch}.pt present (cached)"
+    return 0
+  fi
+  lock "fmnist-${arch}"
+  if [[ -e "${d}/${arch}.pt" ]]; then
+    unlock
+    log "fmnist/${arch}.pt present (made by a concurrent run)"
+    return 0
+  fi
+  prepare
+  log "training fmnist/${arch} (Fashion-MNIST, 2 threads) ..."
+  local t0=${SECONDS}
+  "${PY}" "${SCRIPT_DIR}/train_fmnist.py" --arch "${arch}" --out "${TMP}/train-${arch}"
+  # JSON first: the .pt is the "done" marker.
+  rm -f "${d}/${arch}.json"
+  install_artifact "${TMP}/train-${arch}/${arch}.json" "${d}/${arch}.json"
+  install_artifact "${TMP}/train-${arch}/${arch}.pt" "${d}/${arch}.pt"
+  unlock
+  log "fmnist/${arch} took $((SECONDS - t0))s"
+  did_something=1
+}
+
+tv_models() {
+  local d="${OUTDIR}/tv" npz="imagenet_rand_n8_224.npz"
+  mkdir -p "${d}"
+  if [[ -e "${d}/resnet18.pt" && -e "${d}/${npz}" ]]; then
+    log "tv/resnet18.pt and tv/${npz} present (cached)"
+    return 0
+  fi
+  lock tv
+  if [[ -e "${d}/resnet18.pt" ]]; then
+    log "tv/resnet18.pt present (cached)"
+  else
+    prepare
+    log "exporting torchvision resnet18 (random weights) ..."
+    "${PY}" "${SCRIPT_DIR}/make_torchvision.py" --arch resnet18 --out "${TMP}/resnet18.pt"
+    install_artifact "${TMP}/resnet18.pt" "${d}/resnet18.pt"
+    did_something=1
+  fi
+  if [[ -e "${d}/${npz}" ]]; then
+    log "tv/${npz} present (cached)"
+  else
+    prepare
+    "${PY}" "${SCRIPT_DIR}/make_torchvision.py" --npz-only --npz 8 --input-size 224 --out "${TMP}/x.pt"
+    install_artifact "${TMP}/${npz}" "${d}/${npz}"
+    did_something=1
+  fi
+  unlock
+}
+
+if [[ ${want_fmnist} -eq 1 ]]; then
+  fmnist_data
+  fmnist_model cnn
+fi
+if [[ ${want_tv} -eq 1 ]]; then
+  tv_models
+fi
+if [[ ${want_extra} -eq 1 ]]; then
+  fmnist_data
+  for arch in cnn_bn resnet vit mlp; do
+    fmnist_model "${arch}"
+  done
+fi
+
+if [[ ${did_something} -eq 0 ]]; then
+  log "all requested artifacts already present in ${OUTDIR}"
+else
+  log "done (${OUTDIR})"
+fi
