@@ -29,7 +29,7 @@ done
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
-  libopencv-imgcodecs-dev libopencv-imgproc-dev libzip-dev libopenblas0-pthread
+  libopencv-imgcodecs-dev libopencv-imgproc-dev libzip-dev libopenblas0-pthread libxml2-dev
   python3-torch python3-torchvision python3-numpy dataset-fashion-mnist clang-format
 )
 

@@ -29,6 +29,20 @@ struct Options {
   bool is_quantized = false;
   bool compare = false;
   std::string checkpoint;
+  // batch (cmd_batch.cpp)
+  std::string manifest;
+  int jobs = 1;
+  std::string shard;
+  int keep_going = 0;  // >0 --keep-going, <0 --no-keep-going, 0: env CI decides
+  bool resume = false;
+  std::string junit;
+  double timeout = 0;
+  std::string out_dir;
+  int threads = 0;
+  // report merge
+  std::string report_action;
+  std::vector<std::string> inputs;
+  std::string output, markdown;
 };
 
 struct Command {
@@ -45,5 +59,15 @@ const std::vector<Command>& commands();
 bool stdout_is_tty();
 bool stderr_is_tty();
 void add_spec_options(CLI::App& app, Options& o);
+
+// `evaluate` (cmd_evaluate.cpp).
+void setup_evaluate(CLI::App& app, Options& o);
+int run_evaluate(Options& o);
+
+// batch and report merge (cmd_batch.cpp).
+void setup_batch(CLI::App& app, Options& o);
+int run_batch(Options& o);
+void setup_report(CLI::App& app, Options& o);
+int run_report(Options& o);
 
 }  // namespace tqcli

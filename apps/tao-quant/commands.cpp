@@ -121,8 +121,16 @@ const std::vector<Command>& commands() {
          app.add_flag("--json", o.json, "Print the plan as JSON");
        },
        run_inspect},
+      {"evaluate",
+       "Evaluate a float or quantized model on the test data: accuracy, fidelity vs float, latency, quality "
+       "gates (exit 3 on failure)",
+       setup_evaluate, run_evaluate},
       {"backends", "List the registered backends, their aliases, modes, dtypes and origin",
        [](CLI::App& app, Options& o) { app.add_flag("--json", o.json, "Print as JSON"); }, run_backends},
+      {"batch", "Run many quantize (+ evaluate) jobs from a manifest, each in its own process",
+       setup_batch, run_batch},
+      {"report", "Work with batch summaries: report merge combines shard summaries",
+       setup_report, run_report},
   };
   return table;
 }

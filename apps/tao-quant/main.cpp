@@ -1,8 +1,10 @@
 // tao-quant: thin main over the library. Exit codes are documented in
 // --help and README.md.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
+#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -30,6 +32,20 @@ void setup_logging(const tqcli::Options& o) {
   if (o.verbosity >= 2) level = spdlog::level::trace;
   if (!o.log_level.empty()) level = spdlog::level::from_str(o.log_level);
   spdlog::set_level(level);
+}
+
+// TQ_NUM_THREADS=N sets LibTorch's intra-op thread count (tao-quant batch
+// gives each job cores / --jobs).
+void apply_thread_env() {
+  const char* v = std::getenv("TQ_NUM_THREADS");
+  if (!v || !*v) return;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end || n < 1 || n > 4096) {
+    spdlog::warn("TQ_NUM_THREADS='{}' is not a thread count (1..4096); ignored", v);
+    return;
+  }
+  at::set_num_threads(static_cast<int>(n));
 }
 
 }  // namespace
@@ -63,6 +79,7 @@ int main(int argc, char** argv) {
   }
 
   setup_logging(opts);
+  apply_thread_env();
   try {
     tq::load_plugins(opts.plugins, /*from_env=*/true);
     for (const auto& [sub, cmd] : subs)

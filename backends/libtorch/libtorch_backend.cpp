@@ -3,6 +3,7 @@
 #include <torch/script.h>
 
 #include "compact_weights.h"
+#include "static_ptq.h"
 #include "taoquant/backend.h"
 #include "taoquant/model.h"
 #include "taoquant/weight_quant.h"
@@ -11,18 +12,24 @@ namespace tq::libtorch {
 
 namespace {
 
-class LibTorchBackend : public QuantizerBase {
+class LibTorchBackend : public QuantizerBase, public Calibratable {
  public:
+  void calibrate(QuantizeContext& ctx, DataLoader& loader) override { ptq_.calibrate(ctx, loader); }
+
   void quantize(QuantizeContext& ctx) override {
     switch (ctx.spec.quantize.mode) {
       case Mode::kWeightOnly:
         return weight_only(ctx);
-      default:
-        throw RuntimeError("mode " + std::string(to_string(ctx.spec.quantize.mode)) + " is not implemented");
+      case Mode::kStatic:
+        return ptq_.convert(ctx);
+      case Mode::kDynamic:
+        return ptq_.dynamic(ctx);
     }
   }
 
  private:
+  StaticPtq ptq_;
+
   static void weight_only(QuantizeContext& ctx) {
     ctx.backend_meta["storage"] = "compact codes + scales, decoded by TorchScript __setstate__ at load";
     quantize_weights(ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string& note) -> size_t {
@@ -42,11 +49,17 @@ class LibTorchBackend : public QuantizerBase {
 BackendInfo info() {
   BackendInfo b;
   b.name = "libtorch";
-  b.description = "real LibTorch artifacts: compact weight-only storage decoded at load";
+  b.description =
+      "real LibTorch artifacts: int8 kernels (static/dynamic PTQ, onednn/qnnpack) or compact weight-only storage";
   b.aliases = {{"torchao", {Mode::kWeightOnly}, "TAO's torchao backend (weight-only PTQ)"}};
-  b.caps.modes = {Mode::kWeightOnly};
+  b.caps.modes = {Mode::kWeightOnly, Mode::kStatic, Mode::kDynamic};
   b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2};
-  b.caps.activation_dtypes = {};
+  b.caps.activation_dtypes = {DType::kInt8, DType::kUInt8};
+  b.caps.dtype_configs = {
+      {Mode::kWeightOnly, {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2}, {}},
+      {Mode::kStatic, {DType::kInt8}, {DType::kInt8, DType::kUInt8}},
+      {Mode::kDynamic, {DType::kInt8}, {DType::kInt8, DType::kUInt8}}};
+  b.caps.fusion_patterns = {"conv-bn", "conv-bn-relu", "conv-relu", "linear-relu", "add-relu"};
   b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel, Granularity::kPerGroup};
   for (const auto& e : layer_kind_table().entries) b.caps.layer_kinds.push_back(e.value);
   return b;

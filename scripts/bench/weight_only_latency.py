@@ -148,12 +148,15 @@ def main(argv=None):
     print(file=out)
     print("| model | file | size (MB) | median latency (ms) | min..max (ms) | quant/fp32 (median) | max abs diff |", file=out)
     print("|---|---|---:|---:|---:|---:|---:|", file=out)
+    bases = [os.path.basename(r["path"]) for r in rows]
+    unique = len(set(bases)) == len(bases)
     for row in rows:
+        shown = os.path.basename(row["path"]) if unique else os.path.relpath(row["path"])
         ratio = "%.3f" % row["ratio_vs_fp32_median"] if "ratio_vs_fp32_median" in row else "1 (ref)"
         diff = row.get("max_abs_diff_vs_fp32")
         diff_s = "-" if row["name"] == "fp32" else ("shape mismatch" if diff is None else "%.3g" % diff)
         print("| %s | %s | %.3f | %.4f | %.4f..%.4f | %s | %s |"
-              % (row["name"], os.path.basename(row["path"]), row["size_bytes"] / 1e6, row["median_ms"],
+              % (row["name"], shown, row["size_bytes"] / 1e6, row["median_ms"],
                  row["min_ms"], row["max_ms"], ratio, diff_s), file=out)
 
     if args.json:

@@ -30,7 +30,8 @@ if [[ ${#PARTS[@]} -eq 0 ]]; then PARTS=(all); fi
 want_fmnist=0 want_tv=0 want_extra=0
 for part in "${PARTS[@]}"; do
   case "${part}" in
-    all) want_fmnist=1 want_tv=1 ;;
+    all) want_fmnist=1 want_tv=1 want_tiny=1 ;;
+    tiny) want_tiny=1 ;;
     fmnist) want_fmnist=1 ;;
     tv) want_tv=1 ;;
     extra) want_extra=1 ;;
@@ -162,6 +163,27 @@ tv_models() {
   unlock
 }
 
+tiny_models() {
+  local d="${OUTDIR}/tiny"
+  if [[ -e "${d}/encoder.pt" && -e "${d}/effnet_b0.pt" && -e "${d}/effnet_x.npz" ]]; then
+    log "tiny models present (cached)"
+    return 0
+  fi
+  lock tiny
+  prepare
+  log "writing tiny random-weight models (transformer encoder, efficientnet_b0) ..."
+  "${PY}" "${SCRIPT_DIR}/make_tiny_models.py" "${TMP}/tiny"
+  mkdir -p "${d}"
+  for f in encoder_x.npz encoder.pt effnet_x.npz effnet_b0.pt; do
+    install_artifact "${TMP}/tiny/${f}" "${d}/${f}"
+  done
+  unlock
+  did_something=1
+}
+
+if [[ ${want_tiny:-0} -eq 1 ]]; then
+  tiny_models
+fi
 if [[ ${want_fmnist} -eq 1 ]]; then
   fmnist_data
   fmnist_model cnn

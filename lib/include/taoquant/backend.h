@@ -39,6 +39,13 @@ struct QParamConstraints {
   std::optional<int> quant_min, quant_max;
 };
 
+// Weight and activation dtypes a backend takes in one mode.
+struct DTypeConfig {
+  Mode mode;
+  std::vector<DType> weight_dtypes;
+  std::vector<DType> activation_dtypes;
+};
+
 // What a backend can do. Checked against the spec before the model loads.
 struct Capabilities {
   std::vector<Mode> modes;
@@ -47,6 +54,9 @@ struct Capabilities {
   std::vector<Granularity> granularities;
   std::vector<LayerKind> layer_kinds;
   std::vector<std::string> fusion_patterns;  // e.g. "conv-bn-relu", "linear-relu"
+  // Per-mode dtypes; when a mode is listed here, its lists replace
+  // weight_dtypes/activation_dtypes for that mode.
+  std::vector<DTypeConfig> dtype_configs;
   QParamConstraints constraints;
 };
 
@@ -113,6 +123,10 @@ class QuantizeContext {
 
   // Called for each layer result as it arrives (the CLI prints a line).
   std::function<void(const LayerResult&, size_t index)> on_layer;
+  // Progress of long steps ("calibrate", done, total); drawn on a TTY only.
+  std::function<void(const std::string& what, size_t done, size_t total)> on_progress;
+  // Calibration facts for the report (samples, batches, seconds).
+  nlohmann::json calibration = nlohmann::json::object();
 
  private:
   std::vector<LayerResult> results_;

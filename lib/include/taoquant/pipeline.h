@@ -31,6 +31,7 @@ struct QuantizeOutcome {
   size_t model_file_bytes = 0, artifact_file_bytes = 0;
   std::vector<LayerResult> layers;
   std::vector<std::string> warnings;
+  nlohmann::json calibration = nlohmann::json::object();  // samples, batches, seconds
   nlohmann::json report;
   double total_seconds = 0;
 };

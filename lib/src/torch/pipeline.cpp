@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include "taoquant/data.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
 
@@ -124,6 +125,15 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   t0 = Clock::now();
   stage("prepare", [&] { quantizer->prepare(ctx); });
   double calib_s = 0;
+  std::unique_ptr<DataLoader> loader;  // alive until the backend has finished
+  ctx.on_progress = opts.on_progress;
+  if (auto* cal = dynamic_cast<Calibratable*>(quantizer.get()); cal && spec.quantize.mode == Mode::kStatic) {
+    const auto& src = *spec.dataset.quant_calibration_dataset;
+    loader = make_data_loader(spec, src, "dataset.quant_calibration_dataset", /*want_labels=*/false);
+    auto tc = Clock::now();
+    stage("calibrate", [&] { cal->calibrate(ctx, *loader); });
+    calib_s = since(tc);
+  }
   stage("quantize", [&] { quantizer->quantize(ctx); });
   double quantize_s = since(t0) - calib_s;
 
@@ -133,6 +143,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.report_path = (fs::path(results_dir) / "quantize_report.json").string();
   out.layers = ctx.layer_results();
   out.warnings = ctx.warnings();
+  out.calibration = ctx.calibration;
 
   nlohmann::json layers_json = layers_to_json(out.plan, out.layers);
   ctx.extra_files["tao_quant_spec.json"] = spec.resolved.dump(2);
@@ -140,11 +151,27 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   nlohmann::json meta{{"tool", tool_info()},
                       {"backend", {{"requested", backend.requested}, {"resolved", backend.info->name}}},
                       {"mode", std::string(to_string(spec.quantize.mode))},
-                      {"backend_meta", ctx.backend_meta}};
+                      {"backend_meta", ctx.backend_meta},
+                      {"calibration", ctx.calibration}};
   ctx.extra_files["tao_quant_meta.json"] = meta.dump(2);
 
   t0 = Clock::now();
-  stage("save_model", [&] { quantizer->save_model(ctx, out.artifact_path); });
+  {
+    // A backend that fails while writing leaves no partial artifact: a file it
+    // created or changed at the artifact path is removed (an older artifact
+    // it never touched stays).
+    std::error_code ec;
+    fs::create_directories(fs::path(out.artifact_path).parent_path(), ec);  // the backend writes into it
+    const bool existed = fs::exists(out.artifact_path, ec);
+    const auto mtime = existed ? fs::last_write_time(out.artifact_path, ec) : fs::file_time_type::min();
+    try {
+      stage("save_model", [&] { quantizer->save_model(ctx, out.artifact_path); });
+    } catch (...) {
+      if (fs::exists(out.artifact_path, ec) && (!existed || fs::last_write_time(out.artifact_path, ec) != mtime))
+        fs::remove(out.artifact_path, ec);
+      throw;
+    }
+  }
   double save_s = since(t0);
   if (!fs::exists(out.artifact_path))
     throw RuntimeError("backend '" + backend.requested + "' did not write the artifact '" + out.artifact_path + "'");

@@ -1,4 +1,7 @@
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <optional>
 
 #include "taoquant/backend.h"
 
@@ -14,9 +17,41 @@ static std::string where(const BackendInfo& b) {
                                 : "plugin " + b.origin + " (registered at " + b.registered_at + ")";
 }
 
+static bool valid_backend_name(const std::string& n) {
+  if (n.empty() || n.front() == '-' || n.front() == '.') return false;
+  for (char c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
+  return true;
+}
+
+// A registration that cannot work is refused with where it came from.
+static void validate_backend_info(const BackendInfo& b) {
+  auto bad = [&](const std::string& what) {
+    throw Error(ExitCode::kRuntime, "backend '" + b.name + "' (" + where(b) + "): " + what);
+  };
+  if (!valid_backend_name(b.name))
+    bad("invalid name; use letters, digits, '_', '-' and '.'");
+  for (const auto& a : b.aliases)
+    if (!valid_backend_name(a.name)) bad("invalid alias '" + a.name + "'");
+  if (!b.factory) bad("no factory");
+  if (b.caps.modes.empty()) bad("declares no modes (Capabilities::modes)");
+  const auto& c = b.caps.constraints;
+  if (!(c.min_scale >= 0) || !std::isfinite(c.min_scale))
+    bad("constraints.min_scale must be a finite number >= 0");
+  if (c.quant_min && c.quant_max && *c.quant_min >= *c.quant_max)
+    bad("constraints.quant_min (" + std::to_string(*c.quant_min) + ") must be below quant_max (" +
+        std::to_string(*c.quant_max) + ")");
+  for (const auto& p : b.caps.fusion_patterns)
+    if (p.empty() || p.front() == '-' || p.back() == '-' ||
+        p.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
+      bad("fusion pattern '" + p + "' is not of the form kind-kind (e.g. conv-bn-relu)");
+}
+
 void BackendRegistry::add(BackendInfo info) {
-  if (info.origin == "built-in") info.origin = current_origin_;
   if (pending_mode_) {
+    // Never throws while a plugin loads (this runs inside dlopen); the checks
+    // run in commit_pending().
+    info.origin = current_origin_;
     pending_.push_back(std::move(info));
     return;
   }
@@ -34,7 +69,14 @@ void BackendRegistry::commit_pending() {
   current_origin_ = "built-in";
   auto list = std::move(pending_);
   pending_.clear();
-  for (auto& b : list) add_checked(std::move(b));
+  // All or nothing: a plugin with one bad registration adds none.
+  const size_t first = backends_.size();
+  try {
+    for (auto& b : list) add_checked(std::move(b));
+  } catch (...) {
+    backends_.erase(backends_.begin() + static_cast<std::ptrdiff_t>(first), backends_.end());
+    throw;
+  }
 }
 
 void BackendRegistry::drop_pending() {
@@ -44,6 +86,7 @@ void BackendRegistry::drop_pending() {
 }
 
 void BackendRegistry::add_checked(BackendInfo info) {
+  validate_backend_info(info);
   std::vector<std::string> names{info.name};
   for (const auto& a : info.aliases) names.push_back(a.name);
   for (const auto& n : names) {
@@ -126,11 +169,54 @@ std::string backend_label(const BackendRegistry::Resolved& b) {
 void check_dtype(const Spec& spec, const BackendRegistry::Resolved& b, DType d, bool weights,
                  const std::string& key) {
   if (d == DType::kNative) return;
-  const auto& allowed = weights ? b.info->caps.weight_dtypes : b.info->caps.activation_dtypes;
+  const auto* allowed_p = weights ? &b.info->caps.weight_dtypes : &b.info->caps.activation_dtypes;
+  for (const auto& dc : b.info->caps.dtype_configs)
+    if (dc.mode == spec.quantize.mode) allowed_p = weights ? &dc.weight_dtypes : &dc.activation_dtypes;
+  const auto& allowed = *allowed_p;
   if (contains(allowed, d)) return;
   throw SpecError(spec.loc(key), key + ": " + backend_label(b) + " does not support " +
                                      (weights ? "weight" : "activation") + " dtype '" +
-                                     std::string(to_string(d)) + "' (supported: " + join_enum(allowed) + ")");
+                                     std::string(to_string(d)) + "' in mode " +
+                                     std::string(to_string(spec.quantize.mode)) +
+                                     " (supported: " + join_enum(allowed) + ")");
+}
+
+// observer_or_fake_quant_kwargs that contradict the backend's declared
+// qparam constraints (PyTorch's DTypeWithConstraints bounds, MQBench's
+// pot_scale): refused before any work, naming the bound.
+void check_constraint_kwargs(const Spec& spec, const BackendRegistry::Resolved& b, const TensorQuantSpec& t,
+                             const std::string& key) {
+  const auto& c = b.info->caps.constraints;
+  const auto& kw = t.observer_kwargs;
+  if (!kw.is_object()) return;
+  const std::string kkey = key + ".observer_or_fake_quant_kwargs";
+  auto int_kwarg = [&](const char* name) -> std::optional<long long> {
+    auto it = kw.find(name);
+    if (it == kw.end() || it->is_null()) return std::nullopt;
+    const bool integral = it->is_number_integer() ||
+                          (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
+    if (!integral)
+      throw SpecError(spec.loc(kkey + "." + name),
+                      kkey + "." + name + ": expected an integer, got " + it->dump());
+    return it->is_number_integer() ? it->get<long long>() : static_cast<long long>(it->get<double>());
+  };
+  auto qmin = int_kwarg("quant_min"), qmax = int_kwarg("quant_max");
+  if (qmin && c.quant_min && *qmin < *c.quant_min)
+    throw SpecError(spec.loc(kkey + ".quant_min"),
+                    kkey + ".quant_min: " + std::to_string(*qmin) + " is below the lower bound of " +
+                        backend_label(b) + " (allowed: quant_min >= " + std::to_string(*c.quant_min) + ")");
+  if (qmax && c.quant_max && *qmax > *c.quant_max)
+    throw SpecError(spec.loc(kkey + ".quant_max"),
+                    kkey + ".quant_max: " + std::to_string(*qmax) + " is above the upper bound of " +
+                        backend_label(b) + " (allowed: quant_max <= " + std::to_string(*c.quant_max) + ")");
+  if (qmin && qmax && *qmin >= *qmax)
+    throw SpecError(spec.loc(kkey + ".quant_min"), kkey + ": quant_min " + std::to_string(*qmin) +
+                                                       " must be below quant_max " + std::to_string(*qmax));
+  auto pot = kw.find("pot_scale");
+  if (pot != kw.end() && pot->is_boolean() && !pot->get<bool>() && c.power_of_two_scale)
+    throw SpecError(spec.loc(kkey + ".pot_scale"),
+                    kkey + ".pot_scale: " + backend_label(b) +
+                        " supports power-of-two scales only (allowed: pot_scale: true, or leave it unset)");
 }
 
 }  // namespace
@@ -145,7 +231,7 @@ void check_capabilities(const Spec& spec, const BackendRegistry::Resolved& b) {
       msg += "; use backend '" + b.info->name + "' for " + std::string(to_string(q.mode));
     throw SpecError(spec.loc("quantize.mode"), msg);
   }
-  bool acts = q.mode == Mode::kStatic;
+  bool acts = q.mode != Mode::kWeightOnly;
   check_dtype(spec, b, q.default_layer_dtype, true, "quantize.default_layer_dtype");
   if (acts) check_dtype(spec, b, q.default_activation_dtype, false, "quantize.default_activation_dtype");
   for (size_t i = 0; i < q.layers.size(); ++i) {
@@ -163,7 +249,9 @@ void check_capabilities(const Spec& spec, const BackendRegistry::Resolved& b) {
                             "' (supported: " + join_enum(caps.granularities) + ")");
       if (t->symmetric && !*t->symmetric && caps.constraints.symmetric_only)
         throw SpecError(spec.loc(key + ".symmetric"),
-                        key + ".symmetric: " + backend_label(b) + " supports symmetric quantization only");
+                        key + ".symmetric: " + backend_label(b) +
+                            " supports symmetric quantization only (allowed: symmetric: true)");
+      if (w == 0 || acts) check_constraint_kwargs(spec, b, *t, key);
     }
   }
 }
@@ -181,11 +269,19 @@ void check_plan_capabilities(const Spec& spec, const Plan& plan, const BackendRe
                                          " (supported: " + join_enum(caps.layer_kinds) +
                                          "); add it to skip_names");
     }
-    if (l.weights.quantized() && !contains(caps.granularities, l.weights.granularity))
-      throw SpecError(spec.loc("quantize"), "layer '" + l.info.name + "': " + backend_label(b) +
-                                                " does not support granularity '" +
-                                                std::string(to_string(l.weights.granularity)) +
-                                                "' (supported: " + join_enum(caps.granularities) + ")");
+    for (int w = 0; w < 2; ++w) {
+      const TensorQuant& t = w == 0 ? l.weights : l.activations;
+      if (!t.quantized() || (w == 1 && plan.mode == Mode::kWeightOnly)) continue;
+      if (!contains(caps.granularities, t.granularity)) {
+        std::string key = l.rule_index >= 0 ? "quantize.layers." + std::to_string(l.rule_index)
+                                            : "quantize";
+        throw SpecError(spec.loc(key), "layer '" + l.info.name + "' (decided by " + l.decided_by + "): " +
+                                           backend_label(b) + " does not support " +
+                                           (w == 0 ? "weight" : "activation") + " granularity '" +
+                                           std::string(to_string(t.granularity)) +
+                                           "' (supported: " + join_enum(caps.granularities) + ")");
+      }
+    }
   }
 }
 
@@ -214,6 +310,15 @@ nlohmann::json backend_to_json(const BackendInfo& b) {
           {"granularities", names(b.caps.granularities)},
           {"layer_kinds", names(b.caps.layer_kinds)},
           {"fusion_patterns", b.caps.fusion_patterns},
+          {"dtype_configs",
+           [&] {
+             nlohmann::json a = nlohmann::json::array();
+             for (const auto& dc : b.caps.dtype_configs)
+               a.push_back({{"mode", std::string(to_string(dc.mode))},
+                            {"weight_dtypes", names(dc.weight_dtypes)},
+                            {"activation_dtypes", names(dc.activation_dtypes)}});
+             return a;
+           }()},
           {"constraints", cons},
           {"origin", b.origin},
           {"registered_at", b.registered_at}};

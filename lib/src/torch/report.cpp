@@ -84,6 +84,7 @@ nlohmann::json make_quantize_report(const QuantizeReportInput& in) {
           {"mode", std::string(to_string(in.spec.quantize.mode))},
           {"model", {{"path", in.spec.quantize.model_path}, {"bytes", out.model_file_bytes}}},
           {"artifact", {{"path", out.artifact_path}, {"bytes", out.artifact_file_bytes}}},
+          {"calibration", out.calibration},
           {"layers", layers_to_json(out.plan, out.layers)},
           {"totals",
            {{"layers", out.layers.size()},

@@ -5,6 +5,7 @@
 #include <torch/script.h>
 
 #include "taoquant/model.h"
+#include "taoquant/qparams.h"
 
 namespace tq {
 
@@ -73,6 +74,9 @@ LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight&
 namespace tq {
 
 void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {
+  // The backend's declared qparam constraints apply to the scales computed here.
+  const BackendInfo* backend = BackendRegistry::instance().find(ctx.resolved_backend);
+  const QParamConstraints cons = backend ? backend->caps.constraints : QParamConstraints{};
   for (const auto& lp : ctx.plan.layers) {
     auto layer = find_submodule(ctx.model, lp.info.name);
     auto w = layer.attr("weight").toTensor();
@@ -88,7 +92,14 @@ void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {
       ctx.add_layer_result(std::move(r));
       continue;
     }
-    auto q = quantize_layer_weight(ctx.model, lp);
+    fmt::QuantizedWeight q;
+    if (constraints_active(cons)) {
+      std::vector<int64_t> shape;
+      auto values = read_weight(layer, &shape);
+      q = quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights), cons);
+    } else {
+      q = quantize_layer_weight(ctx.model, lp);
+    }
     std::string note;
     size_t after = store(lp, q, note);
     auto r = weight_layer_result(lp, q, before, after);

@@ -1,0 +1,51 @@
+// `tao-quant evaluate`: accuracy, fidelity against float, latency and
+// quality gates (exit code 3 when a gate fails).
+#include <iostream>
+
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include "cli.h"
+#include "taoquant/evaluate.h"
+#include "taoquant/spec.h"
+
+namespace tqcli {
+
+void setup_evaluate(CLI::App& app, Options& o) {
+  add_spec_options(app, o);
+  app.add_flag("--is-quantized", o.is_quantized,
+               "Evaluate the quantized artifact (evaluate.checkpoint, else "
+               "<results_dir>/quantized_model_<backend>.pth)");
+  app.add_option("--checkpoint", o.checkpoint,
+                 "The model to evaluate (wins over evaluate.checkpoint)")
+      ->type_name("PATH");
+  app.add_flag("--compare", o.compare,
+               "Evaluate the float model (quantize.model_path) and the quantized one side by side: "
+               "drop, fidelity, "
+               "speedup, size ratio");
+  app.add_flag("--json", o.json, "Print the report as JSON on stdout instead of the table");
+}
+
+int run_evaluate(Options& o) {
+  auto spec = tq::load_spec(o.spec, o.overrides);
+  tq::EvaluateOptions eo;
+  eo.is_quantized = o.is_quantized;
+  eo.checkpoint = o.checkpoint;
+  eo.compare = o.compare;
+  eo.verbose = o.verbosity > 0;
+  const bool tty = stderr_is_tty() && !o.quiet && !o.json;
+  if (tty)
+    eo.on_progress = [](const std::string& what, size_t done, size_t total) {
+      std::cerr << "\r" << what << " " << done << "/" << total << "   "
+                << (done == total ? "\n" : "") << std::flush;
+    };
+  auto out = tq::run_evaluate(spec, eo);
+  if (o.json)
+    std::cout << out.report.dump(2) << "\n";
+  else
+    std::cout << tq::format_evaluate_table(out) << std::flush;
+  tq::throw_if_gates_failed(out);
+  return 0;
+}
+
+}  // namespace tqcli

@@ -1,0 +1,155 @@
+// pot_int8: symmetric int8 fake quantization with power-of-two scales, the
+// scheme of Vitis-style accelerators (MQBench's "Vitis" backend), written as
+// an out-of-tree tao-quant plugin: it builds against an installed tao-quant
+// with find_package(TaoQuant) and is loaded with `tao-quant --plugin`.
+//
+// Weight-only PTQ: each planned layer's weight is observed by an observer
+// ("pot_mse" by default, this plugin's own), the qparams go through the
+// backend's declared constraints (tq::apply_constraints), and the weight is
+// replaced by its fake-quantized values (float, exactly on the int8 grid
+// k * 2^e). The artifact runs on plain PyTorch/LibTorch.
+//
+// backend_kwargs: observer (default pot_mse): any registered observer; a
+// non-power-of-two observer (e.g. minmax) gets its scales rounded up to
+// powers of two by the constraints.
+#include <torch/script.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <taoquant/backend.h>
+#include <taoquant/model.h>
+#include <taoquant/observer.h>
+#include <taoquant/plugin.h>
+#include <taoquant/qparams.h>
+
+TAOQUANT_PLUGIN();
+
+namespace pot_int8 {
+
+namespace {
+
+tq::BackendInfo info();
+
+double sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
+  const double noise = (ref - x).pow(2).sum().item<double>();
+  if (noise == 0) return std::numeric_limits<double>::infinity();
+  return 10.0 * std::log10(ref.pow(2).sum().item<double>() / noise);
+}
+
+class PotInt8Backend : public tq::QuantizerBase {
+ public:
+  void prepare(tq::QuantizeContext& ctx) override {
+    const std::vector<std::string> accepted{"observer"};
+    for (const auto& [key, v] : ctx.backend_kwargs().items()) {
+      const std::string k = "quantize.backend_kwargs." + key;
+      if (key != "observer")
+        throw tq::SpecError(ctx.spec.loc(k),
+                            k + ": unknown key for backend 'pot_int8' (accepted: observer)" +
+                                tq::did_you_mean(key, accepted));
+      if (!v.is_string()) throw tq::SpecError(ctx.spec.loc(k), k + ": expected an observer name");
+      observer_ = v.get<std::string>();
+    }
+    const auto& reg = tq::ObserverRegistry::instance();
+    if (!reg.find(observer_)) {
+      std::string known;
+      for (const auto& n : reg.names()) known += (known.empty() ? "" : ", ") + n;
+      throw tq::SpecError(ctx.spec.loc("quantize.backend_kwargs.observer"),
+                          "quantize.backend_kwargs.observer: unknown observer '" + observer_ + "'" +
+                              tq::did_you_mean(observer_, reg.names()) + " (available: " + known +
+                              ")");
+    }
+  }
+
+  void quantize(tq::QuantizeContext& ctx) override {
+    ctx.backend_meta["storage"] = "float weights on the int8 power-of-two grid (fake quantization)";
+    ctx.backend_meta["scheme"] = "symmetric int8, scale = 2^k";
+    ctx.backend_meta["weight_observer"] = observer_;
+    const tq::QParamConstraints constraints = info().caps.constraints;
+    for (const auto& lp : ctx.plan.layers)
+      ctx.add_layer_result(quantize_layer(ctx, lp, constraints));
+  }
+
+ private:
+  tq::LayerResult quantize_layer(tq::QuantizeContext& ctx, const tq::LayerPlan& lp,
+                                 const tq::QParamConstraints& constraints) const {
+    auto layer = tq::find_submodule(ctx.model, lp.info.name);
+    const at::Tensor w = layer.attr("weight").toTensor();
+    tq::LayerResult r;
+    r.name = lp.info.name;
+    r.class_name = lp.info.class_name;
+    r.weight_shape = lp.info.weight_shape;
+    r.bytes_before = r.bytes_after = static_cast<size_t>(w.numel()) * w.element_size();
+    if (!lp.weights.quantized()) {
+      r.kept_float = true;
+      r.reason = lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
+      return r;
+    }
+
+    // Observe, then apply the declared constraints to what the observer says.
+    tq::ObserverConfig cfg;
+    cfg.dtype = lp.weights.dtype;
+    cfg.symmetric = true;
+    cfg.per_channel = lp.weights.granularity == tq::Granularity::kPerChannel;
+    cfg.axis = lp.weights.axis;
+    cfg.kwargs = lp.weights.observer_kwargs;
+    const std::string key = lp.rule_index >= 0
+                                ? "quantize.layers." + std::to_string(lp.rule_index) + ".weights"
+                                : "quantize.backend_kwargs.observer";
+    auto obs = tq::ObserverRegistry::instance().create(observer_, cfg, ctx.spec.loc(key));
+    const at::Tensor wf = w.detach().to(at::kFloat);
+    obs->observe(wf);
+    const tq::QParams qp = tq::apply_constraints(obs->finalize(), constraints);
+    const auto violations = tq::constraint_violations(qp, constraints);
+    if (!violations.empty())
+      throw tq::RuntimeError("layer '" + lp.info.name +
+                             "': qparams break the constraints: " + violations.front());
+
+    // Fake quantization: round(w / 2^k) clamped to [qmin, qmax], times 2^k.
+    at::Tensor fq;
+    if (qp.per_channel) {
+      auto scale = at::tensor(at::ArrayRef<float>(qp.scale), at::kFloat);
+      auto zp = at::zeros({static_cast<int64_t>(qp.scale.size())}, at::kInt);
+      fq = at::fake_quantize_per_channel_affine(wf, scale, zp, qp.axis, qp.quant_min, qp.quant_max);
+    } else {
+      fq = at::fake_quantize_per_tensor_affine(wf, qp.scale[0], 0, qp.quant_min, qp.quant_max);
+    }
+    layer.setattr("weight", fq.to(w.scalar_type()));
+
+    const auto [mn, mx] = std::minmax_element(qp.scale.begin(), qp.scale.end());
+    r.weight_format = lp.weights.str();
+    r.scale_min = *mn;
+    r.scale_max = *mx;
+    r.weight_sqnr_db = sqnr_db(wf, fq);
+    r.extra["scale_exponents"] = {static_cast<int>(std::log2(*mn)),
+                                  static_cast<int>(std::log2(*mx))};
+    r.extra["observer"] = observer_;
+    r.extra["symmetric"] = true;
+    return r;
+  }
+
+  std::string observer_ = "pot_mse";
+};
+
+tq::BackendInfo info() {
+  tq::BackendInfo b;
+  b.name = "pot_int8";
+  b.description =
+      "symmetric int8 fake quantization with power-of-two scales (Vitis-style), example plugin";
+  b.caps.modes = {tq::Mode::kWeightOnly};
+  b.caps.weight_dtypes = {tq::DType::kInt8};
+  b.caps.granularities = {tq::Granularity::kPerTensor, tq::Granularity::kPerChannel};
+  for (const auto& e : tq::layer_kind_table().entries) b.caps.layer_kinds.push_back(e.value);
+  b.caps.constraints.symmetric_only = true;
+  b.caps.constraints.power_of_two_scale = true;
+  b.caps.constraints.quant_min = -128;
+  b.caps.constraints.quant_max = 127;
+  return b;
+}
+
+}  // namespace
+
+}  // namespace pot_int8
+
+TAOQUANT_REGISTER_BACKEND(pot_int8::PotInt8Backend, pot_int8::info);

@@ -1,0 +1,183 @@
+#include "latency.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "taoquant/calibration.h"
+#include "taoquant/model.h"
+
+namespace tq::libtorch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <class F>
+double time_ms(F&& fn, int iters) {
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / iters;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Medians of A and B, run interleaved so that machine noise hits both alike.
+template <class FA, class FB>
+std::pair<double, double> interleaved(FA&& a, FB&& b, int reps = 7, double budget_ms = 300) {
+  a();
+  b();
+  double ta = std::max(time_ms(a, 1), 1e-3), tb = std::max(time_ms(b, 1), 1e-3);
+  int ia = std::clamp(static_cast<int>(budget_ms / reps / ta), 1, 200);
+  int ib = std::clamp(static_cast<int>(budget_ms / reps / tb), 1, 200);
+  std::vector<double> ra, rb;
+  for (int r = 0; r < reps; ++r) {
+    ra.push_back(time_ms(a, ia));
+    rb.push_back(time_ms(b, ib));
+  }
+  return {median(ra), median(rb)};
+}
+
+at::Tensor resize_batch(const at::Tensor& t, int64_t bs) {
+  int64_t n = t.size(0);
+  if (n >= bs) return t.slice(0, 0, bs).contiguous();
+  int64_t reps = (bs + n - 1) / n;
+  std::vector<int64_t> rep(static_cast<size_t>(t.dim()), 1);
+  rep[0] = reps;
+  return t.repeat(rep).slice(0, 0, bs).contiguous();
+}
+
+std::vector<c10::IValue> call_op(const char* name, const char* overload, std::vector<c10::IValue> args) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  torch::jit::Stack stack(std::move(args));
+  op.callBoxed(&stack);
+  return stack;
+}
+
+c10::IValue type_constant(const torch::jit::Module& m, const char* name) {
+  auto t = m.type();
+  if (!t->hasConstant(name)) return c10::IValue();
+  return t->getConstant(name);
+}
+
+}  // namespace
+
+std::string format_ms(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ms < 1 ? "%.3f ms" : "%.2f ms", ms);
+  return buf;
+}
+
+std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32, const torch::jit::Module& int8,
+                                               const std::vector<at::Tensor>& sample,
+                                               const std::vector<int64_t>& batch_sizes) {
+  torch::NoGradGuard ng;
+  torch::jit::Module f = fp32, q = int8;
+  std::vector<LatencyPair> out;
+  for (int64_t bs : batch_sizes) {
+    std::vector<c10::IValue> in;
+    for (const auto& t : sample) in.emplace_back(resize_batch(t, bs));
+    auto [tf, tq] = interleaved([&] { f.forward(in); }, [&] { q.forward(in); });
+    out.push_back({bs, tf, tq});
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> slower_int8_layers(const QuantizeContext& ctx,
+                                                                    const torch::jit::Module& folded,
+                                                                    ObserverTable& table,
+                                                                    const std::vector<at::Tensor>& holdout,
+                                                                    const std::vector<int64_t>& batch_sizes) {
+  (void)holdout;
+  torch::NoGradGuard ng;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& lp : ctx.plan.layers) {
+    const at::Tensor* x = table.captured(lp.info.name + ":input");
+    const ObserverSlot *ws = nullptr, *as = nullptr;
+    for (const auto& s : table.slots()) {
+      if (s->label == lp.info.name + ":weight") ws = s.get();
+      if (s->label == lp.info.name + ":input") as = s.get();
+    }
+    if (!x || !ws || !as) continue;
+    try {
+      auto layer = find_submodule(folded, lp.info.name);
+      at::Tensor w = layer.attr("weight").toTensor().detach();
+      c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
+      const QParams& wq = table.qparams(ws->id);
+      const QParams& aq = table.qparams(as->id);
+      auto scales = torch::tensor(wq.scale, torch::kDouble);
+      at::Tensor qw = wq.per_channel
+                          ? at::quantize_per_channel(w, scales, torch::zeros({scales.numel()}, torch::kLong), 0,
+                                                     c10::kQInt8)
+                          : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
+      c10::IValue packed;
+      const char* op = nullptr;
+      const char* overload = "";
+      switch (lp.info.kind) {
+        case LayerKind::kLinear:
+          packed = call_op("quantized::linear_prepack", "", {qw, bias}).at(0);
+          op = "quantized::linear";
+          break;
+        case LayerKind::kConv1d:
+        case LayerKind::kConv2d:
+        case LayerKind::kConv3d: {
+          auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
+               dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
+          if (!stride.isTuple() && !stride.isIntList()) continue;
+          if (!padding.isTuple() && !padding.isIntList()) continue;  // 'same'/'valid' strings: skip
+          auto to_list = [](const c10::IValue& v) {
+            std::vector<int64_t> l;
+            if (v.isTuple())
+              for (const auto& e : v.toTupleRef().elements()) l.push_back(e.toInt());
+            else
+              l = v.toIntVector();
+            return l;
+          };
+          const char* prepack = lp.info.kind == LayerKind::kConv1d   ? "quantized::conv1d_prepack"
+                                : lp.info.kind == LayerKind::kConv2d ? "quantized::conv2d_prepack"
+                                                                     : "quantized::conv3d_prepack";
+          packed = call_op(prepack, "",
+                           {qw, bias, to_list(stride), to_list(padding), to_list(dilation), groups.toInt()})
+                       .at(0);
+          op = lp.info.kind == LayerKind::kConv1d   ? "quantized::conv1d"
+               : lp.info.kind == LayerKind::kConv2d ? "quantized::conv2d"
+                                                    : "quantized::conv3d";
+          overload = lp.info.kind == LayerKind::kConv1d ? "" : "new";
+          break;
+        }
+        default:
+          continue;
+      }
+      std::string detail;
+      bool slower = false;
+      for (int64_t bs : batch_sizes) {
+        at::Tensor xb = resize_batch(*x, bs);
+        auto [tf, tq] = interleaved([&] { layer.forward({xb}); },
+                                    [&] {
+                                      auto xq = at::quantize_per_tensor(xb, aq.scale[0], aq.zero_point[0],
+                                                                        c10::kQUInt8);
+                                      auto y = call_op(op, overload, {xq, packed, aq.scale[0],
+                                                                      static_cast<int64_t>(aq.zero_point[0])});
+                                      y.at(0).toTensor().dequantize();
+                                    },
+                                    5, 100);
+        detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) + ": int8 " +
+                  format_ms(tq) + " vs fp32 " + format_ms(tf);
+        slower = slower || tq > tf;
+      }
+      if (slower) out.emplace_back(lp.info.name, "int8 slower than fp32 for this layer (" + detail + ")");
+    } catch (const std::exception&) {
+      continue;  // cannot time this layer alone: leave it to the model-level check
+    }
+  }
+  return out;
+}
+
+}  // namespace tq::libtorch

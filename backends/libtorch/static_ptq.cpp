@@ -1,0 +1,475 @@
+#include "static_ptq.h"
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/fold_conv_bn.h>
+#include <torch/csrc/jit/passes/quantization/finalize.h>
+#include <torch/csrc/jit/passes/quantization/insert_observers.h>
+#include <torch/csrc/jit/passes/quantization/insert_quant_dequant.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+
+#include "latency.h"
+#include "taoquant/calibration.h"
+#include "taoquant/data.h"
+#include "taoquant/model.h"
+#include "taoquant/report.h"
+
+namespace tq::libtorch {
+
+using torch::jit::Module;
+using torch::jit::QuantType;
+
+struct StaticSession {
+  std::unique_ptr<ObserverTable> table;
+  Module folded;    // BN-folded, specialized float model
+  Module observed;  // folded + observers
+  std::vector<at::Tensor> holdout;
+  std::set<std::string> keep_float;           // layers kept float by the speed check
+  std::map<std::string, std::string> reasons;  // layer -> why it stays float
+  DataLoader* loader = nullptr;  // alive from calibrate() through convert()
+  size_t samples = 0, batches = 0;
+};
+
+StaticPtq::StaticPtq() = default;
+StaticPtq::~StaticPtq() = default;
+
+std::string select_engine(const QuantizeContext& ctx) {
+  const auto& kw = ctx.backend_kwargs();
+  std::string engine;
+#if defined(__aarch64__) || defined(__arm__)
+  engine = "qnnpack";
+#else
+  engine = "onednn";
+#endif
+  if (kw.contains("engine")) {
+    if (!kw["engine"].is_string())
+      throw SpecError(ctx.spec.loc("quantize.backend_kwargs.engine"),
+                      "quantize.backend_kwargs.engine: expected a string (onednn, qnnpack, fbgemm)");
+    engine = kw["engine"].get<std::string>();
+  }
+  const std::vector<std::pair<std::string, at::QEngine>> engines = {
+      {"onednn", at::QEngine::ONEDNN}, {"qnnpack", at::QEngine::QNNPACK}, {"fbgemm", at::QEngine::FBGEMM}};
+  std::vector<std::string> supported;
+  for (const auto& [name, e] : engines) {
+    const auto& sup = at::globalContext().supportedQEngines();
+    if (std::find(sup.begin(), sup.end(), e) == sup.end()) continue;
+    supported.push_back(name);
+    if (name == engine) {
+      at::globalContext().setQEngine(e);
+      return engine;
+    }
+  }
+  std::string list;
+  for (const auto& s : supported) list += (list.empty() ? "" : ", ") + s;
+  throw SpecError(ctx.spec.loc("quantize.backend_kwargs.engine"),
+                  "quantize.backend_kwargs.engine: '" + engine + "' is not available in this LibTorch (available: " +
+                      list + ")" + did_you_mean(engine, supported));
+}
+
+namespace {
+
+bool static_kind_supported(LayerKind k) {
+  return k == LayerKind::kLinear || k == LayerKind::kConv1d || k == LayerKind::kConv2d || k == LayerKind::kConv3d;
+}
+
+// Why a planned layer cannot be static int8 on LibTorch ("" if it can).
+std::string static_blocker(const LayerPlan& lp) {
+  if (!lp.quantized()) return lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
+  if (!static_kind_supported(lp.info.kind))
+    return std::string(to_string(lp.info.kind)) + " has no static int8 kernel in LibTorch";
+  if (lp.weights.dtype != DType::kInt8)
+    return "weights " + std::string(to_string(lp.weights.dtype)) +
+           ": LibTorch static kernels take int8 weights (use backend fakequant to simulate other formats)";
+  if (!lp.activations.quantized())
+    return "activations native: static int8 kernels need quantized activations "
+           "(set default_activation_dtype or the layer's activations dtype)";
+  return "";
+}
+
+std::string explicit_weight_observer(const Spec& spec, const LayerPlan& lp) {
+  if (lp.rule_index < 0) return "minmax";
+  const auto& r = spec.quantize.layers.at(static_cast<size_t>(lp.rule_index));
+  return r.weights && r.weights->observer ? *r.weights->observer : "minmax";
+}
+
+ObserverTemplate act_template(const Spec& spec, const TensorQuant& t, const std::string& key) {
+  ObserverTemplate a;
+  a.observer = t.observer.empty() ? std::string(to_string(spec.quantize.algorithm)) : t.observer;
+  a.cfg.dtype = DType::kUInt8;  // quint8 activations: what onednn/qnnpack kernels take
+  a.cfg.symmetric = false;
+  a.cfg.kwargs = t.observer_kwargs;
+  a.loc = spec.loc(key);
+  return a;
+}
+
+ObserverTemplate weight_template(const Spec& spec, const LayerPlan* lp) {
+  ObserverTemplate w;
+  w.weight = true;
+  w.observer = lp ? explicit_weight_observer(spec, *lp) : "minmax";
+  w.cfg.dtype = DType::kInt8;
+  w.cfg.symmetric = true;
+  w.cfg.per_channel = !lp || lp->weights.granularity != Granularity::kPerTensor;
+  w.cfg.axis = 0;
+  if (lp) w.cfg.kwargs = lp->weights.observer_kwargs;
+  w.loc = spec.loc(lp && lp->rule_index >= 0 ? "quantize.layers." + std::to_string(lp->rule_index)
+                                             : "quantize.algorithm");
+  return w;
+}
+
+std::vector<at::Tensor> slice_batch(const std::vector<at::Tensor>& in, int64_t n) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : in) out.push_back(t.slice(0, 0, std::min<int64_t>(n, t.size(0))));
+  return out;
+}
+
+double sqnr(const at::Tensor& ref, const at::Tensor& x) {
+  auto r = ref.to(at::kDouble).flatten(), e = (ref.to(at::kDouble) - x.to(at::kDouble)).flatten();
+  double num = r.pow(2).sum().item<double>(), den = e.pow(2).sum().item<double>();
+  if (den == 0) return INFINITY;
+  return 10.0 * std::log10(num / std::max(den, 1e-300));
+}
+
+bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
+  return a.observer == b.observer && a.cfg.dtype == b.cfg.dtype && a.cfg.symmetric == b.cfg.symmetric &&
+         a.cfg.per_channel == b.cfg.per_channel && a.cfg.axis == b.cfg.axis &&
+         a.cfg.reduce_range == b.cfg.reduce_range && a.cfg.kwargs == b.cfg.kwargs;
+}
+
+// Inserts observers for the plan (minus `keep_float`) and runs the calibration
+// batches. Fills s.table, s.observed.
+void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
+  DataLoader* loader = s.loader;
+  const Spec& spec = ctx.spec;
+  s.table = std::make_unique<ObserverTable>();
+  auto& table = *s.table;
+  torch::jit::QConfigDict qd;
+  int act_default = table.add_template(act_template(spec, TensorQuant{}, "quantize.algorithm"));
+  int w_default = table.add_template(weight_template(spec, nullptr));
+  qd[""] = std::make_tuple(table.make_module(act_default), table.make_module(w_default));
+  for (const auto& lp : ctx.plan.layers) {
+    std::string why = static_blocker(lp);
+    if (why.empty() && s.keep_float.count(lp.info.name)) why = s.reasons[lp.info.name];
+    if (!why.empty()) {
+      s.reasons[lp.info.name] = why;
+      qd[lp.info.name] = c10::nullopt;
+      continue;
+    }
+    std::string key = lp.rule_index >= 0 ? "quantize.layers." + std::to_string(lp.rule_index) + ".activations"
+                                          : "quantize.default_activation_dtype";
+    auto at = act_template(spec, lp.activations, key);
+    auto wt = weight_template(spec, &lp);
+    // Layers with the default settings share the root qconfig: a per-layer
+    // entry would give instances of one TorchScript type different observers,
+    // which LibTorch's pass cannot express.
+    if (same_settings(at, table.templates()[static_cast<size_t>(act_default)]) &&
+        same_settings(wt, table.templates()[static_cast<size_t>(w_default)]))
+      continue;
+    int a = table.add_template(std::move(at));
+    int w = table.add_template(std::move(wt));
+    qd[lp.info.name] = std::make_tuple(table.make_module(a), table.make_module(w));
+  }
+  try {
+    s.observed = torch::jit::InsertObservers(s.folded, "forward", qd, /*inplace=*/false, QuantType::STATIC);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    throw RuntimeError("static_ptq: LibTorch could not place observers in this model: " +
+                       msg.substr(0, msg.find('\n')) +
+                       " (a branch or pattern tao-quant could not specialize; keep that module float with "
+                       "skip_names, or use mode weight_only_ptq / dynamic_ptq)");
+  }
+  table.bind(s.observed);
+
+  torch::NoGradGuard no_grad;
+  auto run = [&](const std::vector<at::Tensor>& in) {
+    std::vector<c10::IValue> iv(in.begin(), in.end());
+    s.observed.forward(iv);
+  };
+  s.samples = s.batches = 0;
+  {
+    // All batches but the last observe; the last is held out for fidelity
+    // measurements (a single batch is both).
+    loader->reset();
+    size_t total = loader->num_batches();
+    Batch b;
+    std::vector<at::Tensor> prev;
+    size_t done = 0;
+    while (loader->next(b)) {
+      if (!prev.empty()) {
+        run(prev);
+        s.samples += static_cast<size_t>(prev[0].size(0));
+        ++s.batches;
+      }
+      prev = b.inputs;
+      if (ctx.on_progress) ctx.on_progress("calibrate", ++done, total);
+    }
+    if (s.batches == 0) {
+      run(prev);
+      s.samples += static_cast<size_t>(prev[0].size(0));
+      ++s.batches;
+    }
+    s.holdout = prev;
+  }
+  table.set_capture(true);
+  run(s.holdout);
+  table.set_capture(false);
+}
+
+}  // namespace
+
+void StaticPtq::calibrate(QuantizeContext& ctx, DataLoader& loader) {
+  s_ = std::make_unique<StaticSession>();
+  auto& s = *s_;
+  s.loader = &loader;
+  auto t0 = std::chrono::steady_clock::now();
+  ctx.backend_meta["engine"] = select_engine(ctx);
+
+  loader.reset();
+  Batch first;
+  if (!loader.next(first)) throw RuntimeError("calibration data is empty: " + loader.describe());
+  check_input_fits(ctx.model, first, "calibration data");
+
+  Module work = ctx.model.clone();
+  work.eval();
+  s.folded = torch::jit::FoldConvBatchNorm(work);
+  auto [removed, kept] = specialize_branches(s.folded, slice_batch(first.inputs, 2));
+  ctx.backend_meta["specialized_branches"] = {{"removed", removed}, {"kept", kept}};
+
+  observe_and_run(ctx, s);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ctx.calibration = {{"samples", s.samples},
+                     {"batches", s.batches},
+                     {"holdout_samples", s.holdout.empty() ? 0 : s.holdout[0].size(0)},
+                     {"seconds", secs},
+                     {"data", loader.describe()}};
+}
+
+namespace {
+
+Module convert_observed(Module& observed) {
+  Module q = torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false,
+                                            QuantType::STATIC);
+  q = torch::jit::Finalize(q, QuantType::STATIC, {});
+  auto g = q.get_method("forward").graph();
+  torch::jit::ConstantPropagation(g);
+  torch::jit::EliminateDeadCode(g);
+  return q;
+}
+
+const ObserverSlot* find_slot(const ObserverTable& t, const std::string& label) {
+  for (const auto& s : t.slots())
+    if (s->label == label) return s.get();
+  return nullptr;
+}
+
+}  // namespace
+
+void StaticPtq::convert(QuantizeContext& ctx) {
+  if (!s_) throw RuntimeError("static_ptq: quantize called before calibrate");
+  auto& s = *s_;
+  const auto& kw = ctx.backend_kwargs();
+  bool check_speed = !kw.contains("latency_check") || kw["latency_check"] != false;
+  std::vector<int64_t> batch_sizes = {1, 32};
+  if (kw.contains("latency_batch_sizes")) batch_sizes = kw["latency_batch_sizes"].get<std::vector<int64_t>>();
+
+  // Never slower than float: measure the int8 model against the float one;
+  // if it is slower at a batch size, time each layer alone and keep the
+  // layers whose int8 op is slower float; if it is still slower, keep all.
+  Module q = convert_observed(s.observed);
+  nlohmann::json speed = nlohmann::json::array();
+  auto slower_than_float = [&](const Module& qm, const char* stage) {
+    auto cmp = compare_model_latency(ctx.model, qm, s.holdout, batch_sizes);
+    bool slower = false;
+    std::string detail;
+    for (const auto& c : cmp) {
+      speed.push_back({{"stage", stage}, {"batch_size", c.batch_size}, {"fp32_ms", c.fp32_ms}, {"int8_ms", c.int8_ms}});
+      slower = slower || c.int8_ms > c.fp32_ms;
+      detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(c.batch_size) + ": int8 " +
+                format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms);
+    }
+    return slower ? detail : std::string();
+  };
+  if (check_speed) {
+    std::string why = slower_than_float(q, "planned");
+    if (!why.empty()) {
+      auto slower = slower_int8_layers(ctx, s.folded, *s.table, s.holdout, batch_sizes);
+      for (const auto& [name, reason] : slower) {
+        s.keep_float.insert(name);
+        s.reasons[name] = reason;
+      }
+      if (!slower.empty()) {
+        observe_and_run(ctx, s);  // re-observe without them
+        q = convert_observed(s.observed);
+        why = slower_than_float(q, "without slower layers");
+      }
+      if (!why.empty()) {
+        why = "int8 model slower than fp32 on this machine (" + why + ")";
+        ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float");
+        for (const auto& lp : ctx.plan.layers)
+          if (!s.reasons.count(lp.info.name)) s.reasons[lp.info.name] = why;
+        q = s.folded;  // the specialized, BN-folded float model
+      }
+    }
+  }
+  ctx.backend_meta["latency_check"] = speed;
+
+  // Fidelity of the whole model on the held-out batch.
+  {
+    torch::NoGradGuard ng;
+    std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
+    auto ref = ctx.model.forward(in), out = q.forward(in);
+    if (ref.isTensor() && out.isTensor())
+      ctx.backend_meta["holdout_output_sqnr_db"] = json_number(sqnr(ref.toTensor(), out.toTensor()));
+  }
+
+  // Per-layer results.
+  for (const auto& lp : ctx.plan.layers) {
+    LayerResult r;
+    r.name = lp.info.name;
+    r.class_name = lp.info.class_name;
+    r.weight_shape = lp.info.weight_shape;
+    auto layer = find_submodule(s.folded, lp.info.name);
+    auto w = layer.attr("weight").toTensor();
+    r.bytes_before = static_cast<size_t>(w.numel()) * w.element_size();
+    auto it = s.reasons.find(lp.info.name);
+    if (it != s.reasons.end()) {
+      r.kept_float = true;
+      r.reason = it->second;
+      r.bytes_after = r.bytes_before;
+      ctx.add_layer_result(std::move(r));
+      continue;
+    }
+    const ObserverSlot* ws = find_slot(*s.table, lp.info.name + ":weight");
+    const ObserverSlot* as = find_slot(*s.table, lp.info.name + ":input");
+    r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
+    r.activation_format = "uint8/per_tensor";
+    if (ws) {
+      const QParams& wq = s.table->qparams(ws->id);
+      auto [mn, mx] = std::minmax_element(wq.scale.begin(), wq.scale.end());
+      r.scale_min = *mn;
+      r.scale_max = *mx;
+      auto scales = torch::tensor(wq.scale, torch::kFloat);
+      auto fq = wq.per_channel ? at::fake_quantize_per_channel_affine(w, scales, torch::zeros_like(scales).to(at::kInt),
+                                                                      0, -128, 127)
+                               : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
+      r.weight_sqnr_db = sqnr(w, fq);
+      r.bytes_after = static_cast<size_t>(w.numel()) + wq.scale.size() * 8;
+      if (as) {
+        const QParams& aq = s.table->qparams(as->id);
+        r.extra["activation"] = {{"observer", as->obs->name()}, {"min", aq.min_val},   {"max", aq.max_val},
+                                 {"clip_min", aq.clip_min},      {"clip_max", aq.clip_max},
+                                 {"scale", aq.scale[0]},         {"zero_point", aq.zero_point[0]}};
+        if (const at::Tensor* x = s.table->captured(as->label)) {
+          // Output SQNR of this layer alone, float vs int8-simulated, on the held-out batch.
+          torch::NoGradGuard ng;
+          auto ref = layer.forward({*x}).toTensor();
+          auto xq = at::fake_quantize_per_tensor_affine(*x, aq.scale[0], aq.zero_point[0], 0, 255);
+          layer.setattr("weight", fq);
+          auto y = layer.forward({xq}).toTensor();
+          layer.setattr("weight", w);
+          r.extra["output_sqnr_db"] = json_number(sqnr(ref, y));
+        }
+      }
+    }
+    ctx.add_layer_result(std::move(r));
+  }
+  ctx.model = q;
+}
+
+}  // namespace tq::libtorch
+
+namespace tq::libtorch {
+
+void StaticPtq::dynamic(QuantizeContext& ctx) {
+  ctx.backend_meta["engine"] = select_engine(ctx);
+  ObserverTable table;
+  torch::jit::QConfigDict qd;
+  qd[""] = c10::nullopt;
+  std::map<std::string, std::string> reasons;
+  for (const auto& lp : ctx.plan.layers) {
+    std::string why;
+    if (!lp.weights.quantized())
+      why = lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
+    else if (lp.info.kind != LayerKind::kLinear)
+      why = "dynamic_ptq quantizes Linear layers (quantized::linear_dynamic); " +
+            std::string(to_string(lp.info.kind)) + " stays float";
+    else if (lp.weights.dtype != DType::kInt8)
+      why = "weights " + std::string(to_string(lp.weights.dtype)) + ": quantized::linear_dynamic takes int8 weights";
+    if (!why.empty()) {
+      reasons[lp.info.name] = why;
+      continue;
+    }
+    ObserverTemplate a;  // activations: qparams are chosen at run time
+    a.observer = "minmax";
+    a.cfg.dtype = DType::kUInt8;
+    int ai = table.add_template(a);
+    int wi = table.add_template(weight_template(ctx.spec, &lp));
+    qd[lp.info.name] = std::make_tuple(table.make_module(ai), table.make_module(wi));
+  }
+  Module work = ctx.model.clone();
+  work.eval();
+  Module observed;
+  try {
+    observed = torch::jit::InsertObservers(work, "forward", qd, /*inplace=*/false, QuantType::DYNAMIC);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    throw RuntimeError("dynamic_ptq: LibTorch could not place observers in this model: " +
+                       msg.substr(0, msg.find('\n')));
+  }
+  table.bind(observed);
+  // No data is needed: weight observers see the weights directly; activation
+  // observers only need to exist (their qparams are chosen at run time).
+  for (const auto& slot : table.slots()) {
+    auto colon = slot->label.rfind(':');
+    std::string owner = slot->label.substr(0, colon);
+    if (slot->label.compare(colon, std::string::npos, ":weight") == 0)
+      table.observe(slot->id, find_submodule(observed, owner).attr("weight").toTensor());
+    else
+      table.observe(slot->id, torch::tensor({0.0f, 1.0f}));
+  }
+  Module q = torch::jit::InsertQuantDeQuant(observed, "forward", false, false, QuantType::DYNAMIC);
+  q = torch::jit::Finalize(q, QuantType::DYNAMIC, {});
+  auto g = q.get_method("forward").graph();
+  torch::jit::ConstantPropagation(g);
+  torch::jit::EliminateDeadCode(g);
+
+  for (const auto& lp : ctx.plan.layers) {
+    LayerResult r;
+    r.name = lp.info.name;
+    r.class_name = lp.info.class_name;
+    r.weight_shape = lp.info.weight_shape;
+    auto w = find_submodule(work, lp.info.name).attr("weight").toTensor();
+    r.bytes_before = static_cast<size_t>(w.numel()) * w.element_size();
+    auto it = reasons.find(lp.info.name);
+    if (it != reasons.end()) {
+      r.kept_float = true;
+      r.reason = it->second;
+      r.bytes_after = r.bytes_before;
+    } else {
+      r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
+      r.activation_format = "uint8/dynamic";
+      for (const auto& slot : table.slots()) {
+        if (slot->label != lp.info.name + ":weight") continue;
+        const QParams& wq = table.qparams(slot->id);
+        auto [mn, mx] = std::minmax_element(wq.scale.begin(), wq.scale.end());
+        r.scale_min = *mn;
+        r.scale_max = *mx;
+        auto scales = torch::tensor(wq.scale, torch::kFloat);
+        auto fq = wq.per_channel ? at::fake_quantize_per_channel_affine(
+                                       w, scales, torch::zeros_like(scales).to(at::kInt), 0, -128, 127)
+                                 : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
+        r.weight_sqnr_db = sqnr(w, fq);
+        r.bytes_after = static_cast<size_t>(w.numel()) + wq.scale.size() * 8;
+      }
+    }
+    ctx.add_layer_result(std::move(r));
+  }
+  ctx.model = q;
+}
+
+}  // namespace tq::libtorch

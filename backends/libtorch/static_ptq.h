@@ -1,0 +1,39 @@
+// Static and dynamic int8 PTQ for the libtorch backend, on LibTorch's JIT
+// quantization passes: BN folding, branch specialization, observers backed by
+// tao-quant's observer registry, InsertQuantDeQuant and Finalize, which emit
+// quantized::conv2d_relu, quantized::linear, quantized::add_relu, ...
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "taoquant/backend.h"
+
+namespace tq {
+class DataLoader;
+}
+
+namespace tq::libtorch {
+
+struct StaticSession;
+
+class StaticPtq {
+ public:
+  StaticPtq();
+  ~StaticPtq();
+  // Specializes and observes the model, then runs the calibration data.
+  void calibrate(QuantizeContext& ctx, DataLoader& loader);
+  // Converts the calibrated model to int8 and reports each layer.
+  void convert(QuantizeContext& ctx);
+  // Dynamic PTQ: Linear layers through quantized::linear_dynamic.
+  void dynamic(QuantizeContext& ctx);
+
+ private:
+  std::unique_ptr<StaticSession> s_;
+};
+
+// The quantized engine named by backend_kwargs.engine (default: onednn on
+// x86, qnnpack on ARM); sets it for this process and returns its name.
+std::string select_engine(const QuantizeContext& ctx);
+
+}  // namespace tq::libtorch

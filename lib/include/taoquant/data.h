@@ -1,0 +1,54 @@
+// Data loaders for calibration and evaluation: image folders (OpenCV) and
+// tensor files (.npz/.npy/.pt). Loaders stream: they never hold the whole
+// dataset in memory.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "taoquant/spec.h"
+
+namespace torch::jit {
+struct Module;
+}
+
+namespace tq {
+
+struct Batch {
+  std::vector<at::Tensor> inputs;  // one per model input (a tuple when > 1)
+  at::Tensor labels;               // int64 [N]; undefined when the data has none
+  size_t first_index = 0;          // index of the batch's first sample
+};
+
+class DataLoader {
+ public:
+  virtual ~DataLoader() = default;
+  // Fills `out` with the next batch; false at the end.
+  virtual bool next(Batch& out) = 0;
+  // Back to the first batch (same order: shuffling is seeded).
+  virtual void reset() = 0;
+  virtual size_t num_samples() const = 0;  // after max_batches
+  virtual size_t num_batches() const = 0;
+  virtual bool has_labels() const = 0;
+  virtual std::vector<std::string> class_names() const { return {}; }
+  virtual std::string describe() const = 0;  // "npz calib.npz (512 samples, batch 32)"
+};
+
+// Opens a loader for a `dataset.*` section. `key` is its dotted spec key
+// ("dataset.quant_calibration_dataset"), used with spec.loc() in messages.
+// Errors (RuntimeError, exit 1) name the file: empty folder, unreadable
+// image, missing npz key, unsupported dtype, inconsistent shapes.
+std::unique_ptr<DataLoader> make_data_loader(const Spec& spec, const DataSourceSpec& src,
+                                             const std::string& key, bool want_labels);
+
+// Runs one forward pass on the first sample of `b`. When LibTorch rejects it
+// (a shape or dtype mismatch), throws RuntimeError:
+//   "<what> shape [1,3,32,32] does not fit the model's input (first layer
+//    'features.conv1' Conv2d expects 1 input channels): <LibTorch's message>"
+void check_input_fits(const torch::jit::Module& model, const Batch& b,
+                      const std::string& what = "calibration/test data");
+
+}  // namespace tq

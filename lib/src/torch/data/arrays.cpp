@@ -1,0 +1,359 @@
+// NPY headers, array sources (.npy files, tensors in memory) and the helpers
+// the loaders share.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include <torch/script.h>
+
+#include "data_impl.h"
+
+namespace tq::data {
+
+namespace fs = std::filesystem;
+
+const char* elem_name(ElemType t) {
+  switch (t) {
+    case ElemType::kFloat32:
+      return "float32";
+    case ElemType::kFloat64:
+      return "float64";
+    case ElemType::kUInt8:
+      return "uint8";
+    case ElemType::kInt32:
+      return "int32";
+    case ElemType::kInt64:
+      return "int64";
+  }
+  return "?";
+}
+
+size_t elem_size(ElemType t) {
+  switch (t) {
+    case ElemType::kFloat32:
+    case ElemType::kInt32:
+      return 4;
+    case ElemType::kFloat64:
+    case ElemType::kInt64:
+      return 8;
+    case ElemType::kUInt8:
+      return 1;
+  }
+  return 1;
+}
+
+namespace {
+
+at::ScalarType scalar_type(ElemType t) {
+  switch (t) {
+    case ElemType::kFloat32:
+      return at::kFloat;
+    case ElemType::kFloat64:
+      return at::kDouble;
+    case ElemType::kUInt8:
+      return at::kByte;
+    case ElemType::kInt32:
+      return at::kInt;
+    case ElemType::kInt64:
+      return at::kLong;
+  }
+  return at::kFloat;
+}
+
+constexpr const char* kSupported = "float32, float64, uint8, int32, int64";
+
+// numpy's name for a descr like '<f2' ("float16"), for messages.
+std::string numpy_name(const std::string& descr) {
+  if (descr.size() < 2) return descr;
+  char kind = descr[1];
+  std::string size = descr.substr(2);
+  int n = std::atoi(size.c_str());
+  switch (kind) {
+    case 'f':
+      return "float" + std::to_string(n * 8);
+    case 'i':
+      return "int" + std::to_string(n * 8);
+    case 'u':
+      return "uint" + std::to_string(n * 8);
+    case 'c':
+      return "complex" + std::to_string(n * 8);
+    case 'b':
+      return "bool";
+    case 'O':
+      return "object";
+    case 'U':
+      return "str";
+    case 'S':
+      return "bytes";
+    case 'M':
+      return "datetime64";
+    case 'm':
+      return "timedelta64";
+    default:
+      return descr;
+  }
+}
+
+// The value after 'name': in a header dict, or "" when absent.
+std::string dict_value(const std::string& h, const std::string& name) {
+  for (const char* q : {"'", "\""}) {
+    auto p = h.find(q + name + q);
+    if (p == std::string::npos) continue;
+    p = h.find(':', p);
+    if (p == std::string::npos) return "";
+    ++p;
+    while (p < h.size() && h[p] == ' ') ++p;
+    return h.substr(p);
+  }
+  return "";
+}
+
+}  // namespace
+
+NpyHeader read_npy_header(const std::function<size_t(char*, size_t)>& read,
+                          const std::string& where) {
+  char pre[10];
+  if (read(pre, 8) != 8 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
+    throw RuntimeError(where +
+                       ": not an NPY array (bad magic; expected a file written by numpy.save)");
+  const int major = static_cast<unsigned char>(pre[6]);
+  size_t len_bytes = major == 1 ? 2 : 4;
+  if (major < 1 || major > 3)
+    throw RuntimeError(where + ": unsupported NPY format version " + std::to_string(major));
+  unsigned char lb[4] = {0, 0, 0, 0};
+  if (read(reinterpret_cast<char*>(lb), len_bytes) != len_bytes)
+    throw RuntimeError(where + ": truncated NPY header");
+  size_t hlen = lb[0] | (lb[1] << 8) | (static_cast<size_t>(lb[2]) << 16) |
+                (static_cast<size_t>(lb[3]) << 24);
+  if (hlen > (1u << 20))
+    throw RuntimeError(where + ": NPY header too large (" + std::to_string(hlen) + " bytes)");
+  std::string h(hlen, '\0');
+  if (read(h.data(), hlen) != hlen) throw RuntimeError(where + ": truncated NPY header");
+
+  NpyHeader out;
+  out.data_offset = 8 + len_bytes + hlen;
+
+  std::string d = dict_value(h, "descr");
+  if (d.empty()) throw RuntimeError(where + ": NPY header has no 'descr'");
+  if (d[0] == '[')
+    throw RuntimeError(
+        where + ": structured (record) arrays are not supported; supported dtypes: " + kSupported);
+  char quote = d[0];
+  auto end = d.find(quote, 1);
+  if ((quote != '\'' && quote != '"') || end == std::string::npos)
+    throw RuntimeError(where + ": bad NPY descr in header");
+  std::string descr = d.substr(1, end - 1);
+  if (descr.size() < 3) throw RuntimeError(where + ": bad NPY descr '" + descr + "'");
+  char order = descr[0];
+  std::string code = descr.substr(1);
+  bool one_byte = code == "u1" || code == "i1" || code == "b1";
+  if (order == '>' && !one_byte)
+    throw RuntimeError(
+        where + ": big-endian dtype '" + descr + "' (" + numpy_name(descr) +
+        ") is not supported; save little-endian data (x.astype(x.dtype.newbyteorder('<')))");
+  if (code == "f4")
+    out.type = ElemType::kFloat32;
+  else if (code == "f8")
+    out.type = ElemType::kFloat64;
+  else if (code == "u1")
+    out.type = ElemType::kUInt8;
+  else if (code == "i4")
+    out.type = ElemType::kInt32;
+  else if (code == "i8")
+    out.type = ElemType::kInt64;
+  else
+    throw RuntimeError(where + ": unsupported dtype " + numpy_name(descr) + " ('" + descr +
+                       "'); supported: " + kSupported + " (convert with .astype(numpy.float32))");
+
+  std::string fo = dict_value(h, "fortran_order");
+  if (fo.rfind("True", 0) == 0)
+    throw RuntimeError(
+        where +
+        ": the array is stored in Fortran order; save a C-order array (numpy.ascontiguousarray)");
+
+  std::string sh = dict_value(h, "shape");
+  if (sh.empty() || sh[0] != '(') throw RuntimeError(where + ": NPY header has no shape");
+  auto close = sh.find(')');
+  if (close == std::string::npos) throw RuntimeError(where + ": bad NPY shape");
+  std::string dims = sh.substr(1, close - 1);
+  size_t p = 0;
+  while (p < dims.size()) {
+    while (p < dims.size() && (dims[p] == ' ' || dims[p] == ',')) ++p;
+    if (p >= dims.size()) break;
+    char* e = nullptr;
+    long long v = std::strtoll(dims.c_str() + p, &e, 10);
+    if (e == dims.c_str() + p || v < 0)
+      throw RuntimeError(where + ": bad NPY shape '(" + dims + ")'");
+    out.shape.push_back(v);
+    p = static_cast<size_t>(e - dims.c_str());
+  }
+  if (out.shape.empty())
+    throw RuntimeError(where +
+                       ": is a scalar; expected an array with one row per sample ([N, ...])");
+  return out;
+}
+
+size_t ArraySource::row_bytes() const {
+  size_t n = elem_size(type_);
+  for (size_t i = 1; i < shape_.size(); ++i) n *= static_cast<size_t>(shape_[i]);
+  return n;
+}
+
+at::Tensor ArraySource::gather(const std::vector<int64_t>& idx) {
+  std::vector<int64_t> sizes = shape_;
+  sizes[0] = static_cast<int64_t>(idx.size());
+  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(scalar_type(type_)));
+  size_t i = 0;
+  while (i < idx.size()) {
+    size_t j = i + 1;
+    while (j < idx.size() && idx[j] == idx[j - 1] + 1) ++j;
+    int64_t n = static_cast<int64_t>(j - i);
+    out.narrow(0, static_cast<int64_t>(i), n).copy_(read(idx[i], n));
+    i = j;
+  }
+  return out;
+}
+
+namespace {
+
+class TensorSource : public ArraySource {
+ public:
+  TensorSource(at::Tensor t, const std::string& where) {
+    where_ = where;
+    if (t.dim() == 0)
+      throw RuntimeError(where +
+                         ": is a scalar; expected a tensor with one row per sample ([N, ...])");
+    switch (t.scalar_type()) {
+      case at::kFloat:
+        type_ = ElemType::kFloat32;
+        break;
+      case at::kDouble:
+        type_ = ElemType::kFloat64;
+        break;
+      case at::kByte:
+        type_ = ElemType::kUInt8;
+        break;
+      case at::kInt:
+        type_ = ElemType::kInt32;
+        break;
+      case at::kLong:
+        type_ = ElemType::kInt64;
+        break;
+      default:
+        throw RuntimeError(where + ": unsupported dtype " +
+                           std::string(c10::toString(t.scalar_type())) +
+                           "; supported: " + kSupported);
+    }
+    t_ = t.contiguous();
+    shape_ = t_.sizes().vec();
+  }
+  at::Tensor read(int64_t start, int64_t count) override {
+    return t_.narrow(0, start, count).clone();
+  }
+  at::Tensor gather(const std::vector<int64_t>& idx) override {
+    return t_.index_select(
+        0, at::tensor(c10::ArrayRef<int64_t>(idx), at::TensorOptions().dtype(at::kLong)));
+  }
+
+ private:
+  at::Tensor t_;
+};
+
+class NpyFileSource : public ArraySource {
+ public:
+  explicit NpyFileSource(const std::string& path) : path_(path) {
+    where_ = path;
+    f_ = std::fopen(path.c_str(), "rb");
+    if (!f_) throw RuntimeError("cannot open '" + path + "': " + std::strerror(errno));
+    auto hdr =
+        read_npy_header([this](char* b, size_t n) { return std::fread(b, 1, n, f_); }, where_);
+    type_ = hdr.type;
+    shape_ = hdr.shape;
+    offset_ = hdr.data_offset;
+    std::error_code ec;
+    auto size = fs::file_size(path, ec);
+    size_t need = offset_ + row_bytes() * static_cast<size_t>(rows());
+    if (!ec && size < need)
+      throw RuntimeError(path + ": truncated: the header says " + shape_str(shape_) + " " +
+                         elem_name(type_) + " (" + std::to_string(need) +
+                         " bytes) but the file has " + std::to_string(size));
+  }
+  ~NpyFileSource() override {
+    if (f_) std::fclose(f_);
+  }
+  at::Tensor read(int64_t start, int64_t count) override {
+    std::vector<int64_t> sizes = shape_;
+    sizes[0] = count;
+    at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(scalar_type(type_)));
+    size_t nbytes = row_bytes() * static_cast<size_t>(count);
+    if (fseeko(f_, static_cast<off_t>(offset_ + row_bytes() * static_cast<size_t>(start)),
+               SEEK_SET) != 0 ||
+        std::fread(out.data_ptr(), 1, nbytes, f_) != nbytes)
+      throw RuntimeError(path_ + ": read failed at row " + std::to_string(start) + ": " +
+                         (std::ferror(f_) ? std::strerror(errno) : "unexpected end of file"));
+    return out;
+  }
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  size_t offset_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ArraySource> tensor_source(at::Tensor t, const std::string& where) {
+  return std::make_unique<TensorSource>(std::move(t), where);
+}
+
+std::unique_ptr<ArraySource> npy_file_source(const std::string& path) {
+  return std::make_unique<NpyFileSource>(path);
+}
+
+void require_path(const Spec& spec, const std::string& key, const std::string& path, bool dir) {
+  std::error_code ec;
+  std::string from = " (" + key + " at " + spec.loc(key).str() + ")";
+  if (!fs::exists(path, ec))
+    throw RuntimeError((dir ? "folder '" : "data file '") + path + "' does not exist" + from);
+  if (dir && !fs::is_directory(path, ec))
+    throw RuntimeError("'" + path + "' is not a folder" + from);
+  if (!dir && fs::is_directory(path, ec))
+    throw RuntimeError("'" + path + "' is a folder, expected a .npz/.npy/.pt file" + from);
+}
+
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = n - 1; i > 0; --i) {
+    // Unbiased draw in [0, i] by rejection (std::uniform_int_distribution is
+    // implementation-defined, this is not).
+    const uint64_t range = static_cast<uint64_t>(i) + 1;
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % range;
+    uint64_t r;
+    do r = rng();
+    while (r >= limit);
+    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(r % range)]);
+  }
+  return p;
+}
+
+BatchPlan plan_batches(int64_t total, int batch_size, int max_batches) {
+  BatchPlan b;
+  b.total = total;
+  b.batch_size = std::max(1, batch_size);
+  b.num_batches = (total + b.batch_size - 1) / b.batch_size;
+  if (max_batches > 0) b.num_batches = std::min<int64_t>(b.num_batches, max_batches);
+  b.num_samples = std::min(total, b.num_batches * b.batch_size);
+  return b;
+}
+
+std::string shape_str(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace tq::data

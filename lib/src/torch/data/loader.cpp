@@ -1,0 +1,91 @@
+// make_data_loader (dispatch on the data source) and check_input_fits.
+#include <torch/script.h>
+
+#include "data_impl.h"
+#include "taoquant/model.h"
+
+namespace tq {
+
+namespace {
+
+// The useful line of a LibTorch error: TorchScript wraps the operator's
+// message ("RuntimeError: Given groups=1, weight of size ...") after a
+// traceback; eager errors put it first.
+std::string libtorch_message(const std::string& what) {
+  std::string best;
+  size_t pos = 0;
+  while (pos < what.size()) {
+    size_t nl = what.find('\n', pos);
+    std::string line = what.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    for (const char* tag : {"RuntimeError: ", "ValueError: ", "IndexError: ", "TypeError: "})
+      if (line.rfind(tag, 0) == 0) best = line.substr(std::string(tag).size());
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  if (!best.empty()) return best;
+  auto nl = what.find('\n');
+  return nl == std::string::npos ? what : what.substr(0, nl);
+}
+
+// "Conv2d expects 1 input channels", from the first quantizable layer.
+std::string first_layer_expectation(const torch::jit::Module& model) {
+  std::vector<LayerInfo> layers = discover_layers(model);
+  if (layers.empty()) return "the model has no Linear/Conv layer to name";
+  const LayerInfo& l = layers[0];
+  std::string what = "first layer '" + l.name + "' " + l.class_name + " expects ";
+  const auto& w = l.weight_shape;
+  switch (l.kind) {
+    case LayerKind::kLinear:
+      return what + std::to_string(w[1]) + " input features";
+    case LayerKind::kConv1d:
+    case LayerKind::kConv2d:
+    case LayerKind::kConv3d: {
+      int64_t groups = 1;
+      try {
+        auto m = find_submodule(model, l.name);
+        if (m.hasattr("groups") && m.attr("groups").isInt()) groups = m.attr("groups").toInt();
+      } catch (const std::exception&) {
+      }
+      return what + std::to_string(w[1] * groups) + " input channels";
+    }
+    default:
+      return what + std::to_string(w[0]) + " input channels";
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<DataLoader> make_data_loader(const Spec& spec, const DataSourceSpec& src,
+                                             const std::string& key, bool want_labels) {
+  if (src.empty())
+    throw SpecError(spec.loc(key),
+                    key + ": set images_dir (an image folder) or data_file (.npz/.npy/.pt)");
+  if (!src.images_dir.empty()) return data::make_image_loader(spec, src, key, want_labels);
+  return data::make_tensor_loader(spec, src, key, want_labels);
+}
+
+void check_input_fits(const torch::jit::Module& model, const Batch& b, const std::string& what) {
+  if (b.inputs.empty()) throw RuntimeError(what + ": a batch with no inputs");
+  std::vector<c10::IValue> args;
+  std::string shapes;
+  for (const auto& t : b.inputs) {
+    at::Tensor one = t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t;
+    shapes += (shapes.empty() ? "" : ", ") + data::shape_str(one.sizes());
+    args.emplace_back(one);
+  }
+  torch::jit::Module m = model;  // shares the module; forward is not const
+  std::string msg;
+  try {
+    torch::NoGradGuard no_grad;
+    m.forward(args);
+    return;
+  } catch (const c10::Error& e) {
+    msg = libtorch_message(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    msg = libtorch_message(e.what());
+  }
+  throw RuntimeError(what + " shape " + shapes + " does not fit the model's input (" +
+                     first_layer_expectation(model) + "): " + msg);
+}
+
+}  // namespace tq

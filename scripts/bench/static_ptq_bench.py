@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""Static int8 PTQ: tao-quant vs PyTorch's quantize_jit, side by side.
+
+For each model, on the same calibration data and the same qengine:
+  - quantize wall time, process start to artifact on disk: `tao-quant quantize`
+    vs a Python process running torch.jit.load + quantize_jit + save
+    (median of --repeats runs, interleaved);
+  - top-1 on Fashion-MNIST test data (fmnist models) of fp32, tao-quant int8
+    and quantize_jit int8, evaluated in plain PyTorch (scripts/eval_torch.py);
+  - fp32 vs int8 latency at batch 1 and 32 (scripts/bench/weight_only_latency.py,
+    interleaved medians).
+Writes a markdown table (stdout, and --md FILE) and --json FILE.
+
+Usage: static_ptq_bench.py [--models cnn_bn,resnet,mlp,vit,resnet18] [--repeats 3]
+                           [--threads 1] [--engine onednn] [--md docs/benchmarks_static.md]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PY = "/usr/bin/python3"
+
+MODELS = {
+    # name: (model path, calib npz, test npz or None, input shape)
+    "cnn_bn": ("models/fmnist/cnn_bn.pt", "models/fmnist/calib.npz", "models/fmnist/test.npz", "1,1,28,28"),
+    "resnet": ("models/fmnist/resnet.pt", "models/fmnist/calib.npz", "models/fmnist/test.npz", "1,1,28,28"),
+    "mlp": ("models/fmnist/mlp.pt", "models/fmnist/calib.npz", "models/fmnist/test.npz", "1,1,28,28"),
+    "vit": ("models/fmnist/vit.pt", "models/fmnist/calib.npz", "models/fmnist/test.npz", "1,1,28,28"),
+    "resnet18": ("models/tv/resnet18.pt", "models/tv/imagenet_rand_n8_224.npz", None, "1,3,224,224"),
+    "mobilenet_v2": ("models/tv/mobilenet_v2.pt", "models/tv/imagenet_rand_n8_224.npz", None, "1,3,224,224"),
+}
+
+QUANTIZE_JIT = r"""
+import sys, numpy as np, torch
+from torch.ao.quantization import get_default_qconfig, quantize_jit
+model_path, calib, out, engine, threads, batch = sys.argv[1:7]
+torch.set_num_threads(int(threads))
+torch.backends.quantized.engine = engine
+m = torch.jit.load(model_path).eval()
+x = torch.from_numpy(np.load(calib)["x"]).float()
+bs = int(batch)
+def calibrate(model, data):
+    with torch.no_grad():
+        for i in range(0, x.shape[0], bs):
+            model(x[i:i + bs])
+q = quantize_jit(m, {"": get_default_qconfig(engine)}, calibrate, [x], inplace=False)
+q.save(out)
+"""
+
+
+def spec_text(model, calib, out_dir, engine, batch):
+    return f"""results_dir: {out_dir}
+quantize:
+  backend: libtorch
+  mode: static_ptq
+  default_layer_dtype: int8
+  default_activation_dtype: uint8
+  model_path: {model}
+  backend_kwargs: {{engine: {engine}}}
+dataset:
+  quant_calibration_dataset:
+    data_file: {calib}
+    batch_size: {batch}
+"""
+
+
+def timed(cmd, env):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError("command failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stderr[-2000:]))
+    return dt
+
+
+def top1(model, data, env):
+    r = subprocess.run([PY, "scripts/eval_torch.py", model, data, "--json"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])["top1"]
+
+
+def latency(fp32, quants, shape, env, threads):
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    subprocess.run([PY, "scripts/bench/weight_only_latency.py", "--fp32", fp32] +
+                   sum([["--quant", q] for q in quants], []) +
+                   ["--input-shape", shape, "--threads", str(threads), "--iters", "50", "--repeats", "5",
+                    "--json", path], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    with open(path) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="cnn_bn,resnet,mlp,vit,resnet18,mobilenet_v2")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--engine", default="onednn")
+    ap.add_argument("--batch", type=int, default=64, help="calibration batch size")
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build/bin/tao-quant"))
+    ap.add_argument("--md")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), TQ_NUM_THREADS=str(a.threads))
+    rows, results = [], {}
+    tmp = tempfile.mkdtemp(prefix="tq_bench_")
+    for name in a.models.split(","):
+        model, calib, test, shape = MODELS[name]
+        if not os.path.exists(os.path.join(ROOT, model)):
+            print(f"skip {name}: {model} missing (scripts/models/make_test_models.sh models extra)", file=sys.stderr)
+            continue
+        out_dir = os.path.join(tmp, name)
+        os.makedirs(out_dir, exist_ok=True)
+        spec = os.path.join(out_dir, "spec.yaml")
+        with open(spec, "w") as f:
+            f.write(spec_text(model, calib, out_dir, a.engine, a.batch))
+        tq_art = os.path.join(out_dir, "quantized_model_libtorch.pth")
+        pt_art = os.path.join(out_dir, "quantize_jit.pt")
+        t_tq, t_pt = [], []
+        for _ in range(a.repeats):  # interleaved
+            t_tq.append(timed([a.cli, "-q", "quantize", "-e", spec], env))
+            t_pt.append(timed([PY, "-c", QUANTIZE_JIT, model, calib, pt_art, a.engine, str(a.threads),
+                               str(a.batch)], env))
+        r = {"quantize_s": {"tao_quant": statistics.median(t_tq), "quantize_jit": statistics.median(t_pt)}}
+        r["quantize_s"]["ratio"] = r["quantize_s"]["tao_quant"] / r["quantize_s"]["quantize_jit"]
+        if test:
+            r["top1"] = {"fp32": top1(model, test, env), "tao_quant": top1(tq_art, test, env),
+                         "quantize_jit": top1(pt_art, test, env)}
+        for bs in (1, 32):
+            bshape = ",".join([str(bs)] + shape.split(",")[1:])
+            lat = latency(model, [tq_art, pt_art], bshape, env, a.threads)
+            r[f"latency_bs{bs}"] = lat
+        results[name] = r
+        t1 = r.get("top1", {})
+
+        def ratio(bs, i):
+            lat = r[f"latency_bs{bs}"]
+            try:
+                return "%.2fx" % (1.0 / lat["models"][i + 1]["ratio_vs_fp32_median"])
+            except (KeyError, IndexError, TypeError):
+                return "?"
+        rows.append([name, "%.2f" % r["quantize_s"]["tao_quant"], "%.2f" % r["quantize_s"]["quantize_jit"],
+                     "%.2f" % r["quantize_s"]["ratio"],
+                     "%.2f" % (100 * t1["fp32"]) if t1 else "-",
+                     "%.2f" % (100 * t1["tao_quant"]) if t1 else "-",
+                     "%.2f" % (100 * t1["quantize_jit"]) if t1 else "-",
+                     ratio(1, 0), ratio(32, 0), ratio(1, 1), ratio(32, 1)])
+        print(" | ".join(rows[-1]), file=sys.stderr)
+    head = ["model", "tao-quant s", "quantize_jit s", "time ratio", "fp32 top-1", "tao int8 top-1",
+            "jit int8 top-1", "tao speedup bs1", "tao speedup bs32", "jit speedup bs1", "jit speedup bs32"]
+    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
+    md += "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    md += f"\nthreads {a.threads}, engine {a.engine}, medians of {a.repeats} interleaved runs; speedup = fp32/int8 latency.\n"
+    print(md)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(md)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

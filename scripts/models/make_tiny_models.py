@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""Small random-weight models whose graphs branch, for tests of static PTQ.
+
+  OUTDIR/encoder.pt      Linear -> nn.TransformerEncoder (2 x TransformerEncoderLayer,
+                         batch_first) -> Linear; input [N, 8, 16]
+  OUTDIR/encoder_x.npz   x float32 [16, 8, 16]
+  OUTDIR/effnet_b0.pt    torchvision efficientnet_b0 (random weights)
+  OUTDIR/effnet_x.npz    x float32 [8, 3, 64, 64]
+Deterministic (seed 0). Writes temp files and renames them.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torchvision
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(16, 32)
+        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x)).mean(1))
+
+
+def save_script(model, path):
+    tmp = path + ".tmp"
+    torch.jit.script(model.eval()).save(tmp)
+    os.replace(tmp, path)
+
+
+def save_npz(path, x):
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, x=x)
+    os.replace(tmp, path)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "models/tiny"
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    save_script(Encoder(), os.path.join(out, "encoder.pt"))
+    g = np.random.default_rng(0)
+    save_npz(os.path.join(out, "encoder_x.npz"), g.standard_normal((16, 8, 16)).astype(np.float32))
+    torch.manual_seed(0)
+    save_script(torchvision.models.efficientnet_b0(weights=None), os.path.join(out, "effnet_b0.pt"))
+    save_npz(os.path.join(out, "effnet_x.npz"), g.standard_normal((8, 3, 64, 64)).astype(np.float32))
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()

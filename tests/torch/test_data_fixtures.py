@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Writes the small .npz/.npy/.pt files the data-loader and evaluate tests read.
+
+Usage: test_data_fixtures.py OUTDIR
+
+Real numpy.savez / savez_compressed / numpy.save and torch.save output, so
+the C++ readers are tested against the formats as those libraries write
+them. The values follow simple formulas the tests recompute:
+  f32.npz, f32c.npz  x = arange(240).reshape(10,2,3,4) float32, y = arange(10) % 3 int64
+                     (f32c: compressed members)
+  u8.npz             x = (arange(24) * 10 % 256).reshape(2,3,2,2) uint8, y int32 [2]
+  f64.npz            x = arange(20).reshape(5,4) / 8 float64, y = [4,3,2,1,0] int64
+  multi.npz          a = arange(21).reshape(7,3) f32, b = -arange(35).reshape(7,5) f32, y = arange(7) int64
+  multi_bad.npz      a [7,3], b [6,5] (different sample counts)
+  f16.npz            x float16 (unsupported)
+  fortran.npz        x Fortran-order float32 [4,3]
+  bigend.npz         x big-endian float32 [4,3]
+  flabels.npz        x float32 [4,2], y float32 (labels must be integers)
+  zero.npz           x float32 [0,3]
+  arr0.npz           numpy.savez(f, data) -> key arr_0
+  x.npy              arange(36).reshape(9,4) float32
+  tensor.pt          torch.arange(12.).reshape(6,2)
+  tuple.pt           (arange(12.).reshape(6,2), arange(6) int64)
+  dict.pt            {"x": arange(12.).reshape(6,2), "y": arange(6) % 2}
+  mismatch.npz       fmnist-shaped x randn [16,1,28,28] f32, y = arange(16) % 13 (labels up to 12)
+  nolabels.npz       fmnist-shaped x randn [16,1,28,28] f32, no y
+  corrupt.npz        not a zip file
+"""
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = argv[1]
+    os.makedirs(out, exist_ok=True)
+    p = lambda name: os.path.join(out, name)  # noqa: E731
+
+    x = np.arange(240, dtype=np.float32).reshape(10, 2, 3, 4)
+    y = (np.arange(10) % 3).astype(np.int64)
+    np.savez(p("f32.npz"), x=x, y=y)
+    np.savez_compressed(p("f32c.npz"), x=x, y=y)
+    np.savez(p("u8.npz"), x=(np.arange(24) * 10 % 256).astype(np.uint8).reshape(2, 3, 2, 2),
+             y=np.array([1, 0], dtype=np.int32))
+    np.savez(p("f64.npz"), x=np.arange(20, dtype=np.float64).reshape(5, 4) / 8, y=np.array([4, 3, 2, 1, 0]))
+    np.savez(p("multi.npz"), a=np.arange(21, dtype=np.float32).reshape(7, 3),
+             b=-np.arange(35, dtype=np.float32).reshape(7, 5), y=np.arange(7, dtype=np.int64))
+    np.savez(p("multi_bad.npz"), a=np.zeros((7, 3), np.float32), b=np.zeros((6, 5), np.float32))
+    np.savez(p("f16.npz"), x=np.zeros((4, 3), np.float16))
+    np.savez(p("fortran.npz"), x=np.asfortranarray(np.arange(12, dtype=np.float32).reshape(4, 3)))
+    np.savez(p("bigend.npz"), x=np.arange(12, dtype=">f4").reshape(4, 3))
+    np.savez(p("flabels.npz"), x=np.zeros((4, 2), np.float32), y=np.zeros(4, np.float32))
+    np.savez(p("zero.npz"), x=np.zeros((0, 3), np.float32))
+    np.savez(p("arr0.npz"), np.zeros((3, 2), np.float32))
+    np.save(p("x.npy"), np.arange(36, dtype=np.float32).reshape(9, 4))
+
+    t = torch.arange(12.0).reshape(6, 2)
+    torch.save(t, p("tensor.pt"))
+    torch.save((t, torch.arange(6)), p("tuple.pt"))
+    torch.save({"x": t, "y": torch.arange(6) % 2}, p("dict.pt"))
+
+    rng = np.random.default_rng(0)
+    fx = rng.standard_normal((16, 1, 28, 28)).astype(np.float32)
+    np.savez(p("mismatch.npz"), x=fx, y=(np.arange(16) % 13).astype(np.int64))
+    np.savez(p("nolabels.npz"), x=fx)
+    with open(p("corrupt.npz"), "w") as f:
+        f.write("this is not a zip archive\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,280 @@
+// End to end: spec -> plan -> backend -> artifact -> report, on the trained
+// Fashion-MNIST CNN and torchvision ResNet-18. Artifacts are reloaded with
+// plain torch::jit::load (no tao-quant code involved in running them) and
+// compared with the float model on real data.
+#include <catch2/catch.hpp>
+#include <torch/script.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "taoquant/backend.h"
+#include "taoquant/data.h"
+#include "taoquant/pipeline.h"
+#include "taoquant/spec.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = TQ_MODELS_DIR;
+const std::string kCnn = kModels + "/fmnist/cnn.pt";
+const std::string kTest = kModels + "/fmnist/test.npz";
+const std::string kCalib = kModels + "/fmnist/calib.npz";
+
+std::string tmpdir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("tq_e2e_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+tq::QuantizeOutcome quantize(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  auto spec = tq::parse_spec_text(yaml, "<test>", overrides);
+  return tq::run_quantize(spec);
+}
+
+std::string wo_spec(const std::string& model, const std::string& dir, const std::string& dtype,
+                     const std::string& backend = "libtorch") {
+  return "results_dir: " + dir + "\nquantize:\n  backend: " + backend +
+         "\n  mode: weight_only_ptq\n  default_layer_dtype: " + dtype + "\n  model_path: " + model + "\n";
+}
+
+// Top-1 of a module over the whole Fashion-MNIST test set (10k images).
+double top1(torch::jit::Module m, int64_t limit = 0) {
+  auto spec = tq::parse_spec_text("dataset:\n  test_dataset:\n    data_file: " + kTest + "\n    batch_size: 500\n",
+                                  "<test>");
+  auto loader = tq::make_data_loader(spec, *spec.dataset.test_dataset, "dataset.test_dataset", true);
+  torch::NoGradGuard ng;
+  tq::Batch b;
+  int64_t correct = 0, n = 0;
+  while (loader->next(b) && (limit == 0 || n < limit)) {
+    auto y = m.forward({b.inputs[0]}).toTensor();
+    correct += (y.argmax(1) == b.labels).sum().item<int64_t>();
+    n += b.labels.size(0);
+  }
+  return double(correct) / double(n);
+}
+
+std::string read_all(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int64_t count_nodes(torch::jit::Module& m, const std::string& kind) {
+  int64_t n = 0;
+  for (auto* node : m.get_method("forward").graph()->nodes())
+    if (std::string(node->kind().toQualString()) == kind) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("every built-in backend and alias is registered", "[e2e][registry]") {
+  auto& reg = tq::BackendRegistry::instance();
+  for (const char* name : {"libtorch", "fakequant", "torchao", "modelopt", "modelopt.pytorch"})
+    CHECK(reg.find(name) != nullptr);
+  CHECK(reg.find("torchao")->name == "libtorch");
+  CHECK(reg.find("modelopt")->name == "fakequant");
+  auto r = reg.resolve("torchao");
+  REQUIRE(r.modes.size() == 1);
+  CHECK(r.modes[0] == tq::Mode::kWeightOnly);
+}
+
+TEST_CASE("weight-only on the Fashion-MNIST CNN: every format, reloaded by plain LibTorch", "[e2e][weight_only]") {
+  auto fp32 = torch::jit::load(kCnn);
+  fp32.eval();
+  double base = top1(fp32, 2000);
+  struct Case {
+    const char* dtype;
+    double max_drop, max_ratio;
+  };
+  for (Case c : {Case{"int8", 0.002, 0.27}, Case{"fp8_e4m3fn", 0.005, 0.27}, Case{"fp8_e5m2", 0.01, 0.27},
+                 Case{"int4", 0.015, 0.16}}) {
+    DYNAMIC_SECTION(c.dtype) {
+      auto dir = tmpdir(std::string("wo_") + c.dtype);
+      auto out = quantize(wo_spec(kCnn, dir, c.dtype));
+      REQUIRE(out.artifact_path == dir + "/quantized_model_libtorch.pth");
+      REQUIRE(fs::exists(out.artifact_path));
+      CHECK(out.layers.size() == 4);
+      for (const auto& l : out.layers) {
+        CHECK_FALSE(l.kept_float);
+        CHECK(l.weight_sqnr_db > (std::string(c.dtype) == "int4" ? 12.0 : 20.0));
+      }
+      double ratio = double(out.artifact_file_bytes) / double(out.model_file_bytes);
+      CHECK(ratio <= c.max_ratio);
+      auto q = torch::jit::load(out.artifact_path);
+      q.eval();
+      CHECK(base - top1(q, 2000) <= c.max_drop + 1e-9);
+      // The report and the artifact metadata say the same.
+      auto report = nlohmann::json::parse(read_all(out.report_path));
+      CHECK(report["schema_version"] == 1);
+      CHECK(report["backend"]["resolved"] == "libtorch");
+      CHECK(report["layers"].size() == 4);
+      CHECK(report["totals"]["quantized_layers"] == 4);
+      torch::jit::ExtraFilesMap extra{{"tao_quant_layers.json", ""}, {"tao_quant_meta.json", ""}};
+      torch::jit::load(out.artifact_path, c10::nullopt, extra);
+      auto layers = nlohmann::json::parse(extra["tao_quant_layers.json"]);
+      CHECK(layers[2]["name"] == "classifier.fc1");
+      CHECK(layers[2]["weight_format"].get<std::string>().rfind(c.dtype, 0) == 0);
+    }
+  }
+}
+
+TEST_CASE("fakequant weight-only stores float weights on the int8 grid", "[e2e][fakequant]") {
+  auto dir = tmpdir("fq");
+  auto out = quantize(wo_spec(kCnn, dir, "int8", "modelopt"));
+  REQUIRE(fs::exists(dir + "/quantized_model_modelopt.pth"));
+  auto q = torch::jit::load(out.artifact_path);
+  auto w = q.attr("classifier").toModule().attr("fc1").toModule().attr("weight").toTensor();
+  REQUIRE(w.scalar_type() == torch::kFloat);
+  // Per output channel: every value is an integer multiple of amax/127.
+  auto scale = w.abs().amax(1, true) / 127.0;
+  auto codes = w / scale;
+  CHECK((codes - codes.round()).abs().max().item<double>() < 1e-3);
+  CHECK(codes.abs().max().item<double>() <= 127.0 + 1e-3);
+  CHECK(double(out.artifact_file_bytes) / double(out.model_file_bytes) > 0.9);  // float storage
+}
+
+TEST_CASE("the TAO-style torchao spec runs unchanged once paths are filled in", "[e2e][tao]") {
+  auto dir = tmpdir("tao");
+  auto spec = tq::load_spec(std::string(TQ_SOURCE_DIR) + "/specs/demo/tao_torchao_weight_only.yaml",
+                            {"quantize.model_path=" + kCnn, "quantize.results_dir=" + dir});
+  auto out = tq::run_quantize(spec);
+  CHECK(out.artifact_path == dir + "/quantized_model_torchao.pth");
+  CHECK(out.requested_backend == "torchao");
+  CHECK(out.resolved_backend == "libtorch");
+  std::map<std::string, tq::LayerResult> by;
+  for (const auto& l : out.layers) by[l.name] = l;
+  CHECK(by["classifier.fc1"].weight_format == "int8/per_channel");
+  CHECK(by["classifier.fc"].kept_float);  // skip_names
+  CHECK(by["features.conv1"].kept_float);  // no pattern covers it; default native
+  auto q = torch::jit::load(out.artifact_path);
+  auto x = torch::randn({4, 1, 28, 28});
+  auto ref = torch::jit::load(kCnn).forward({x}).toTensor();
+  auto y = q.forward({x}).toTensor();
+  CHECK(torch::cosine_similarity(ref.flatten(), y.flatten(), 0).item<double>() > 0.999);
+}
+
+TEST_CASE("same inputs give the same artifact and report", "[e2e][determinism]") {
+  auto a = tmpdir("det_a"), b = tmpdir("det_b");
+  auto oa = quantize(wo_spec(kCnn, a, "int4"));
+  auto ob = quantize(wo_spec(kCnn, b, "int4"));
+  CHECK(read_all(oa.artifact_path) == read_all(ob.artifact_path));
+  auto ra = oa.report, rb = ob.report;
+  for (auto* r : {&ra, &rb}) {
+    r->erase("timings");
+    (*r)["artifact"].erase("path");
+    (*r)["spec"].erase("results_dir");
+    (*r)["spec"]["quantize"].erase("results_dir");
+  }
+  CHECK(ra == rb);
+}
+
+TEST_CASE("weight-only on torchvision ResNet-18", "[e2e][resnet18]") {
+  auto model = kModels + "/tv/resnet18.pt";
+  auto dir = tmpdir("r18");
+  auto out = quantize(wo_spec(model, dir, "int8"));
+  CHECK(out.layers.size() == 21);
+  CHECK(double(out.artifact_file_bytes) / double(out.model_file_bytes) < 0.27);
+  auto fp32 = torch::jit::load(model);
+  auto q = torch::jit::load(out.artifact_path);
+  fp32.eval();
+  q.eval();
+  torch::manual_seed(0);
+  auto x = torch::randn({2, 3, 224, 224});
+  torch::NoGradGuard ng;
+  auto ref = fp32.forward({x}).toTensor(), y = q.forward({x}).toTensor();
+  CHECK(torch::cosine_similarity(ref.flatten(), y.flatten(), 0).item<double>() > 0.99);
+}
+
+TEST_CASE("static int8 on the CNN: real quantized kernels, accuracy kept", "[e2e][static]") {
+  auto dir = tmpdir("static");
+  auto out = quantize("results_dir: " + dir +
+                      "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+                      "  default_activation_dtype: uint8\n  model_path: " + kCnn +
+                      "\n  backend_kwargs: {latency_check: false}\n"
+                      "dataset:\n  quant_calibration_dataset:\n    data_file: " + kCalib +
+                      "\n    batch_size: 64\n");
+  auto q = torch::jit::load(out.artifact_path);
+  q.eval();
+  CHECK(count_nodes(q, "quantized::conv2d_relu") == 2);
+  CHECK(count_nodes(q, "quantized::linear_relu") + count_nodes(q, "quantized::linear") == 2);
+  auto fp32 = torch::jit::load(kCnn);
+  fp32.eval();
+  CHECK(top1(fp32) - top1(q) <= 0.005);
+  CHECK(out.calibration["samples"].get<int64_t>() >= 448);
+  for (const auto& l : out.layers) {
+    CHECK_FALSE(l.kept_float);
+    CHECK(l.activation_format == "uint8/per_tensor");
+    CHECK(l.extra.contains("activation"));
+    CHECK(l.extra["output_sqnr_db"].get<double>() > 15.0);
+  }
+}
+
+TEST_CASE("static int8 specializes branching graphs: TransformerEncoder and EfficientNet", "[e2e][static][branches]") {
+  struct Case {
+    const char* model;
+    const char* data;
+  };
+  for (Case c : {Case{"encoder.pt", "encoder_x.npz"}, Case{"effnet_b0.pt", "effnet_x.npz"}}) {
+    DYNAMIC_SECTION(c.model) {
+      auto dir = tmpdir(std::string("br_") + c.model);
+      auto out = quantize("results_dir: " + dir +
+                          "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+                          "  default_activation_dtype: uint8\n  model_path: " + kModels + "/tiny/" + c.model +
+                          "\n  backend_kwargs: {latency_check: false}\n"
+                          "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels + "/tiny/" + c.data +
+                          "\n    batch_size: 4\n");
+      auto q = torch::jit::load(out.artifact_path);
+      int64_t quantized_layers = 0;
+      for (const auto& l : out.layers) quantized_layers += l.kept_float ? 0 : 1;
+      CHECK(quantized_layers >= 4);
+      auto sqnr = out.report["backend"]["meta"]["holdout_output_sqnr_db"];
+      REQUIRE(sqnr.is_number());
+      CHECK(sqnr.get<double>() > 5.0);
+    }
+  }
+}
+
+TEST_CASE("dynamic int8 runs Linear layers through quantized::linear_dynamic", "[e2e][dynamic]") {
+  auto dir = tmpdir("dyn");
+  auto out = quantize("results_dir: " + dir +
+                      "\nquantize:\n  backend: libtorch\n  mode: dynamic_ptq\n  default_layer_dtype: int8\n"
+                      "  model_path: " + kCnn + "\n");
+  auto q = torch::jit::load(out.artifact_path);
+  CHECK(count_nodes(q, "quantized::linear_dynamic") == 2);
+  auto fp32 = torch::jit::load(kCnn);
+  CHECK(top1(fp32, 2000) - top1(q, 2000) <= 0.005);
+}
+
+TEST_CASE("bad models and specs: exit codes and messages", "[e2e][errors]") {
+  auto dir = tmpdir("err");
+  auto expect = [&](const std::string& yaml, tq::ExitCode code, const std::string& part) {
+    try {
+      quantize(yaml);
+      FAIL("expected an error containing: " << part);
+    } catch (const tq::Error& e) {
+      CHECK(e.code() == code);
+      CHECK_THAT(e.what(), Catch::Contains(part));
+    }
+    CHECK_FALSE(fs::exists(dir + "/quantized_model_libtorch.pth"));
+  };
+  expect(wo_spec(dir + "/missing.pt", dir, "int8"), tq::ExitCode::kRuntime, "does not exist");
+  {
+    auto data = read_all(kCnn);
+    std::ofstream(dir + "/trunc.pt", std::ios::binary) << data.substr(0, data.size() / 2);
+    std::ofstream(dir + "/text.pt") << "not a model\n";
+  }
+  expect(wo_spec(dir + "/trunc.pt", dir, "int8"), tq::ExitCode::kRuntime, "cannot load model");
+  expect(wo_spec(dir + "/text.pt", dir, "int8"), tq::ExitCode::kRuntime, "not a TorchScript archive");
+  expect(wo_spec(kCnn, dir, "int8", "libtroch"), tq::ExitCode::kUsage, "did you mean 'libtorch'");
+  expect("results_dir: " + dir + "\nquantize:\n  backend: torchao\n  mode: static_ptq\n  model_path: " + kCnn + "\n",
+         tq::ExitCode::kUsage, "use backend 'libtorch' for static_ptq");
+  expect("results_dir: " + dir + "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+         "  model_path: " + kCnn + "\n",
+         tq::ExitCode::kUsage, "quant_calibration_dataset");
+}

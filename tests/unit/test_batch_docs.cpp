@@ -1,0 +1,173 @@
+// The scale-out recipes in docs/batch.md: each snippet parses (YAML or
+// shell), the `--shard` argument it computes for every index its engine hands
+// out gives exactly the shards 1..N, and the recipe merges.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <set>
+
+#include <yaml-cpp/yaml.h>
+
+#include "batch_test_util.h"
+#include "taoquant/batch.h"
+
+using Catch::Matchers::Contains;
+using tqtest::ScratchDir;
+
+namespace {
+
+const std::string kDoc = tqtest::slurp(std::string(TQ_SOURCE_DIR) + "/docs/batch.md");
+
+// The fenced block after `<!-- snippet: NAME -->`.
+std::string snippet(const std::string& name) {
+  const size_t mark = kDoc.find("<!-- snippet: " + name + " -->");
+  REQUIRE(mark != std::string::npos);
+  const size_t open = kDoc.find("```", mark);
+  const size_t body = kDoc.find('\n', open) + 1;
+  const size_t close = kDoc.find("\n```", body);
+  REQUIRE(close != std::string::npos);
+  return kDoc.substr(body, close - body + 1);
+}
+
+// The text of the section that holds the snippet (from its ### heading on).
+std::string section(const std::string& name) {
+  const size_t mark = kDoc.find("<!-- snippet: " + name + " -->");
+  const size_t start = kDoc.rfind("\n### ", mark);
+  const size_t end = kDoc.find("\n### ", mark);
+  return kDoc.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// The words bash makes of `command` with `env` set, e.g. to see what
+// `--shard $((JOB_COMPLETION_INDEX + 1))/4` becomes.
+std::vector<std::string> bash_words(const std::string& command, const std::string& env) {
+  ScratchDir d("docs");
+  tqtest::write(d / "words.sh", "set -- " + command + "\nprintf '%s\\n' \"$@\"\n");
+  FILE* p = ::popen(("env " + env + " bash " + (d / "words.sh")).c_str(), "r");
+  REQUIRE(p);
+  std::vector<std::string> words;
+  std::string cur;
+  for (int c; (c = std::fgetc(p)) != EOF;) {
+    if (c == '\n') {
+      words.push_back(cur);
+      cur.clear();
+    } else {
+      cur += static_cast<char>(c);
+    }
+  }
+  CHECK(::pclose(p) == 0);
+  return words;
+}
+
+std::string shard_arg(const std::vector<std::string>& words) {
+  for (size_t i = 0; i + 1 < words.size(); ++i)
+    if (words[i] == "--shard") return words[i + 1];
+  FAIL("no --shard in the command");
+  return "";
+}
+
+// The shards must be exactly 1..n, once each.
+void check_partition(const std::vector<std::string>& shards, int n) {
+  REQUIRE(shards.size() == static_cast<size_t>(n));
+  std::set<int> seen;
+  for (const auto& s : shards) {
+    INFO(s);
+    const tq::Shard sh = tq::parse_shard(s);
+    CHECK(sh.count == n);
+    seen.insert(sh.index);
+  }
+  CHECK(seen.size() == static_cast<size_t>(n));
+  CHECK(*seen.begin() == 1);
+  CHECK(*seen.rbegin() == n);
+}
+
+// The command line that runs `tao-quant batch` (continuations joined).
+std::string batch_command(const std::string& text) {
+  std::string joined;
+  std::istringstream is(text);
+  for (std::string line; std::getline(is, line);) {
+    if (!line.empty() && line.back() == '\\') {
+      joined += line.substr(0, line.size() - 1);
+      continue;
+    }
+    joined += line + "\n";
+  }
+  std::istringstream js(joined);
+  for (std::string line; std::getline(js, line);)
+    if (line.find("tao-quant batch") != std::string::npos && line.rfind('#', 0) != 0) return line;
+  FAIL("no tao-quant batch command in:\n" << text);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("batch docs: GitHub Actions matrix recipe", "[batch][docs]") {
+  const YAML::Node y = YAML::Load(snippet("github"));
+  const YAML::Node shards = y["jobs"]["zoo"]["strategy"]["matrix"]["shard"];
+  REQUIRE(shards.IsSequence());
+  std::string run;
+  for (const auto& step : y["jobs"]["zoo"]["steps"])
+    if (step["run"] && step["run"].as<std::string>().find("tao-quant batch") != std::string::npos)
+      run = step["run"].as<std::string>();
+  REQUIRE_FALSE(run.empty());
+  std::vector<std::string> got;
+  for (const auto& v : shards) {
+    std::string cmd = run;
+    const std::string expr = "${{ matrix.shard }}";
+    for (size_t at; (at = cmd.find(expr)) != std::string::npos;)
+      cmd.replace(at, expr.size(), v.as<std::string>());
+    got.push_back(shard_arg(bash_words(batch_command(cmd), "")));
+  }
+  check_partition(got, 4);
+  std::string merge;
+  for (const auto& step : y["jobs"]["merge"]["steps"])
+    if (step["run"]) merge += step["run"].as<std::string>();
+  CHECK_THAT(merge, Contains("tao-quant report merge"));
+  CHECK(y["jobs"]["merge"]["needs"].as<std::string>() == "zoo");
+}
+
+TEST_CASE("batch docs: GitLab parallel recipe", "[batch][docs]") {
+  const YAML::Node y = YAML::Load(snippet("gitlab"));
+  const int n = y["zoo"]["parallel"].as<int>();
+  std::string script;
+  for (const auto& line : y["zoo"]["script"]) script += line.as<std::string>() + "\n";
+  std::vector<std::string> got;
+  for (int i = 1; i <= n; ++i)
+    got.push_back(
+        shard_arg(bash_words(batch_command(script), "CI_NODE_INDEX=" + std::to_string(i) +
+                                                        " CI_NODE_TOTAL=" + std::to_string(n))));
+  check_partition(got, 4);
+  std::string merge;
+  for (const auto& line : y["zoo-merge"]["script"]) merge += line.as<std::string>();
+  CHECK_THAT(merge, Contains("tao-quant report merge"));
+}
+
+TEST_CASE("batch docs: Slurm array recipe", "[batch][docs]") {
+  const std::string text = snippet("slurm");
+  CHECK(text.rfind("#!/bin/bash\n", 0) == 0);
+  const size_t at = text.find("#SBATCH --array=");
+  REQUIRE(at != std::string::npos);
+  int first = 0, last = 0;
+  REQUIRE(std::sscanf(text.c_str() + at, "#SBATCH --array=%d-%d", &first, &last) == 2);
+  std::vector<std::string> got;
+  for (int i = first; i <= last; ++i)
+    got.push_back(
+        shard_arg(bash_words(batch_command(text), "SLURM_ARRAY_TASK_ID=" + std::to_string(i))));
+  check_partition(got, 4);
+  CHECK_THAT(text, Contains("--dependency=afterany"));
+  CHECK_THAT(text, Contains("tao-quant report merge"));
+}
+
+TEST_CASE("batch docs: Kubernetes Indexed Job recipe", "[batch][docs]") {
+  const YAML::Node y = YAML::Load(snippet("kubernetes"));
+  CHECK(y["kind"].as<std::string>() == "Job");
+  CHECK(y["spec"]["completionMode"].as<std::string>() == "Indexed");
+  const int n = y["spec"]["completions"].as<int>();
+  const YAML::Node c = y["spec"]["template"]["spec"]["containers"][0];
+  const std::string cmd = c["args"][0].as<std::string>();
+  std::vector<std::string> got;
+  for (int i = 0; i < n; ++i)  // 0-based completion indexes
+    got.push_back(
+        shard_arg(bash_words(batch_command(cmd), "JOB_COMPLETION_INDEX=" + std::to_string(i))));
+  check_partition(got, 4);
+  CHECK_THAT(section("kubernetes"), Contains("tao-quant report merge"));
+}
