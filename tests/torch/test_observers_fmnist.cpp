@@ -81,8 +81,6 @@ TEST_CASE("observers: Fashion-MNIST CNN activations", "[observers][fmnist]") {
     auto qm = observe_all("minmax", cfg, *layer);
     CHECK(qm.min_val == mn.item<float>());
     CHECK(qm.max_val == mx.item<float>());
-    // The same range through PyTorch's own rule: identical to at::choose_qparams semantics
-    // is not required, but the range must map into [0, 255].
     CHECK(qm.zero_point[0] >= 0);
     CHECK(qm.zero_point[0] <= 255);
 
@@ -100,11 +98,13 @@ TEST_CASE("observers: Fashion-MNIST CNN activations", "[observers][fmnist]") {
     double s_minmax = sqnr_db(all, fake_quant(all, qm));
     double s_mse = sqnr_db(all, fake_quant(all, qs));
     double s_entropy = sqnr_db(all, fake_quant(all, qe));
+    double s_percentile = sqnr_db(all, fake_quant(all, qp));
     INFO("SQNR dB: minmax " << s_minmax << ", mse " << s_mse << ", entropy " << s_entropy
-                            << ", percentile " << sqnr_db(all, fake_quant(all, qp)));
-    CHECK(s_mse >= s_minmax - 0.2);
-    CHECK(s_mse > 25);
-    CHECK(s_entropy > 20);
+                            << ", percentile " << s_percentile);
+    CHECK(s_mse >= s_minmax - 0.2);  // mse minimises exactly this error
+    CHECK(s_minmax > 35);
+    CHECK(s_entropy > 30);
+    CHECK(s_percentile > 30);
     // ReLU outputs are one-signed: affine clips start at 0.
     if (mn.item<float>() >= 0) {
       for (const auto& q : {qm, qp, qe, qs}) {

@@ -163,17 +163,17 @@ void write_file_atomic(const std::string& path, const std::string& data) {
 
 void save_module_atomic(const torch::jit::Module& model, const std::string& path,
                         const std::map<std::string, std::string>& extra_files) {
-  ensure_parent(path);
-  std::string tmp = temp_path_for(path);
+  // Serialized in memory first: a file save names the archive's root folder
+  // after the (temporary) file, which would make artifacts differ between runs.
   torch::jit::ExtraFilesMap extra;
   for (const auto& [k, v] : extra_files) extra[k] = v;
+  std::ostringstream os;
   try {
-    model.save(tmp, extra);
+    model.save(os, extra);
   } catch (const c10::Error& e) {
-    std::remove(tmp.c_str());
     throw RuntimeError("cannot save model to '" + path + "': " + first_line(e.what_without_backtrace()));
   }
-  rename_into_place(tmp, path);
+  write_file_atomic(path, os.str());
 }
 
 }  // namespace tq

@@ -343,7 +343,13 @@ std::string manifest_hash(const Manifest& m) {
     field(j.model.empty() ? "" : rel_to(m.dir, j.model));
     // The template's own model_path override is machine-specific; the model is hashed above.
     const size_t n = j.overrides.size() - (j.model.empty() ? 0 : 1);
-    for (size_t i = 0; i < n; ++i) field(j.overrides[i]);
+    for (size_t i = 0; i < n; ++i) {
+      // Paths resolved against the manifest's directory hash as written.
+      std::string o = j.overrides[i];
+      if (!m.dir.empty())
+        for (size_t p; (p = o.find(m.dir + "/")) != std::string::npos;) o.erase(p, m.dir.size() + 1);
+      field(o);
+    }
     field(j.evaluate ? "evaluate" : "quantize");
     field(j.timeout_s ? std::to_string(*j.timeout_s) : "");
     h.update("\n", 1);

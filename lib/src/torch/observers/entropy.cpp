@@ -120,7 +120,8 @@ class EntropyObserver : public Observer {
   QParams finalize() override {
     const bool fp8 = dtype_traits(cfg_.dtype).is_float8;
     return obs::qparams_from_histogram(
-        hist_, cfg_, [&](size_t c, const std::vector<double>& h, float amax) {
+        hist_, cfg_,
+        [&](size_t c, const std::vector<double>& h, float amax) {
           const float lo = hist_.range().lo[c], hi = hist_.range().hi[c];
           auto levels_at = [&](float t) -> int64_t {
             return fp8 ? 128 : int64_t(obs::grid_levels(t, lo, hi, cfg_).size());

@@ -4,14 +4,51 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 namespace tq::obs {
 
 namespace {
-// histc counts in float32, exact up to 2^24 per bin: feed at most that many
-// values per call.
-constexpr int64_t kHistcChunk = int64_t(1) << 24;
+
 constexpr int64_t kPerTensorOversample = 4;
+constexpr int64_t kBlock = 512;
+
+// Bin indices of |q[0..m)| (bins of width 1 / factor from 0, the top value
+// in the last bin); returns how many were exactly 0. Branch-free, so the
+// compiler vectorises it (a constant m lets GCC's -O2 cost model do so).
+template <int64_t M>
+inline int32_t block_indices(const float* q, int64_t m, float factor, float last, int32_t* idx) {
+  const int64_t n = M > 0 ? M : m;
+  int32_t zeros = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(q[i]);
+    zeros += v == 0.0f ? 1 : 0;
+    const float s = v * factor;
+    idx[i] = int32_t(s < last ? s : last);
+  }
+  return zeros;
+}
+
+// Counts |p[i]| into `bins` bins (see block_indices) and returns how many
+// values were exactly 0.
+//
+// LibTorch has no fast |x| histogram: histc is ~4x and bincount ~30x slower
+// than this on one core (6.4M floats: histc 32 ms, bincount 260 ms, this
+// 8 ms). The index arithmetic is vectorised per block; only the increments,
+// the scatter every histogram needs, are scalar.
+int64_t count_abs(const float* p, int64_t n, float factor, int64_t bins, int64_t* h) {
+  int32_t idx[kBlock];
+  int64_t zeros = 0;
+  const float last = float(bins - 1);
+  for (int64_t s = 0; s < n; s += kBlock) {
+    const int64_t m = std::min(kBlock, n - s);
+    zeros += m == kBlock ? block_indices<kBlock>(p + s, m, factor, last, idx)
+                         : block_indices<0>(p + s, m, factor, last, idx);
+    for (int64_t i = 0; i < m; ++i) ++h[idx[i]];
+  }
+  return zeros;
+}
+
 }  // namespace
 
 AbsHistogram::AbsHistogram(int64_t num_bins, bool per_channel, int axis, std::string who)
@@ -70,40 +107,41 @@ void AbsHistogram::grow(size_t c, float amax) {
 }
 
 void AbsHistogram::add_per_tensor(const at::Tensor& xf) {
-  const float top = top_[0];
-  double* h = counts_.data();
-  zeros_[0] += double(xf.numel() - at::count_nonzero(xf).item<int64_t>());
-  if (top == 0) {  // every value is zero
-    h[0] += double(xf.numel());
-    return;
-  }
-  // Histogram of the signed values over [-R, R] with 2 * ibins bins, folded
-  // onto |x|: no |x| temporary, one pass per chunk.
-  at::Tensor flat = xf.reshape({-1});
-  const int64_t n = flat.numel();
-  for (int64_t start = 0; start < n; start += kHistcChunk) {
-    at::Tensor part = flat.slice(0, start, std::min(n, start + kHistcChunk));
-    at::Tensor hc = at::histc(part, 2 * ibins_, -top, top).contiguous();
-    const float* p = hc.data_ptr<float>();
-    for (int64_t j = 0; j < ibins_; ++j) h[j] += double(p[ibins_ + j]) + double(p[ibins_ - 1 - j]);
+  // top is 0 only when every value is 0: factor 0 puts them all in bin 0.
+  const float factor = top_[0] > 0 ? float(ibins_) / top_[0] : 0.0f;
+  at::Tensor x = xf.contiguous();
+  const float* p = x.data_ptr<float>();
+  const int64_t n = x.numel();
+  // Per-thread histograms, merged after the parallel pass.
+  const int threads = at::get_num_threads();
+  std::vector<int64_t> local(size_t(threads) * ibins_, 0);
+  std::vector<int64_t> zeros(threads, 0);
+  at::parallel_for(0, n, int64_t(1) << 16, [&](int64_t b, int64_t e) {
+    const int t = at::get_thread_num();
+    zeros[t] += count_abs(p + b, e - b, factor, ibins_, &local[size_t(t) * ibins_]);
+  });
+  for (int t = 0; t < threads; ++t) {
+    zeros_[0] += double(zeros[t]);
+    for (int64_t j = 0; j < ibins_; ++j) counts_[j] += double(local[size_t(t) * ibins_ + j]);
   }
 }
 
 void AbsHistogram::add_per_channel(const at::Tensor& xf) {
-  int64_t axis = channel_axis(xf, axis_, who_);
-  at::Tensor y = channels_first(xf, axis);  // [C, N]
-  const int64_t C = y.size(0);
-  at::Tensor nonzero = at::count_nonzero(y, c10::IntArrayRef{1}).contiguous();
-  for (int64_t c = 0; c < C; ++c)
-    zeros_[c] += double(y.size(1) - nonzero.data_ptr<int64_t>()[c]);
-  std::vector<float> factor(C);
-  for (int64_t c = 0; c < C; ++c) factor[c] = top_[c] > 0 ? float(ibins_) / top_[c] : 0.0f;
-  at::Tensor f = at::from_blob(factor.data(), {C, 1}, at::kFloat);
-  at::Tensor idx = at::mul(y.abs(), f).clamp_(0, double(ibins_ - 1)).to(at::kLong);
-  idx.add_(at::arange(C, at::kLong).mul_(ibins_).unsqueeze(1));
-  at::Tensor cnt = at::bincount(idx.reshape({-1}), {}, C * ibins_).contiguous();
-  const int64_t* p = cnt.data_ptr<int64_t>();
-  for (int64_t i = 0; i < C * ibins_; ++i) counts_[i] += double(p[i]);
+  const int64_t axis = channel_axis(xf, axis_, who_);
+  at::Tensor y = channels_first(xf, axis).contiguous();  // [C, N]
+  const int64_t C = y.size(0), n = y.size(1);
+  const float* p = y.data_ptr<float>();
+  // One channel per task: each writes only its own row of counts_.
+  at::parallel_for(0, C, 1, [&](int64_t b, int64_t e) {
+    std::vector<int64_t> h(ibins_);
+    for (int64_t c = b; c < e; ++c) {
+      std::fill(h.begin(), h.end(), 0);
+      const float factor = top_[c] > 0 ? float(ibins_) / top_[c] : 0.0f;
+      zeros_[c] += double(count_abs(p + c * n, n, factor, ibins_, h.data()));
+      double* row = &counts_[size_t(c) * ibins_];
+      for (int64_t j = 0; j < ibins_; ++j) row[j] += double(h[j]);
+    }
+  });
 }
 
 std::vector<double> AbsHistogram::counts(size_t c, bool skip_zeros) const {

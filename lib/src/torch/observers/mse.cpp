@@ -85,7 +85,8 @@ class MseObserver : public Observer {
 
   QParams finalize() override {
     return obs::qparams_from_histogram(
-        hist_, cfg_, [&](size_t c, const std::vector<double>& h, float amax) {
+        hist_, cfg_,
+        [&](size_t c, const std::vector<double>& h, float amax) {
           const float lo = hist_.range().lo[c], hi = hist_.range().hi[c];
           auto levels_at = [&](float t) { return obs::grid_levels(t, lo, hi, cfg_); };
           return mse_threshold(h, amax, num_candidates_, start_fraction_, levels_at);
