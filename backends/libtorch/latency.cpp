@@ -92,20 +92,24 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32, c
 
 std::vector<std::pair<std::string, std::string>> slower_int8_layers(const QuantizeContext& ctx,
                                                                     const torch::jit::Module& folded,
+                                                                    const torch::jit::Module& observed,
                                                                     ObserverTable& table,
                                                                     const std::vector<at::Tensor>& holdout,
                                                                     const std::vector<int64_t>& batch_sizes) {
-  (void)holdout;
   torch::NoGradGuard ng;
+  const auto input_observers = layer_input_observers(observed);
+  const auto inputs = capture_layer_inputs(folded, holdout);
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& lp : ctx.plan.layers) {
-    const at::Tensor* x = table.captured(lp.info.name + ":input");
-    const ObserverSlot *ws = nullptr, *as = nullptr;
-    for (const auto& s : table.slots()) {
+    auto xi = inputs.find(lp.info.name);
+    auto oi = input_observers.find(lp.info.name);
+    if (xi == inputs.end() || oi == input_observers.end()) continue;
+    const at::Tensor* x = &xi->second;
+    const ObserverSlot* ws = nullptr;
+    const ObserverSlot* as = table.find_path(oi->second);
+    for (const auto& s : table.slots())
       if (s->label == lp.info.name + ":weight") ws = s.get();
-      if (s->label == lp.info.name + ":input") as = s.get();
-    }
-    if (!x || !ws || !as) continue;
+    if (!ws || !as) continue;
     try {
       auto layer = find_submodule(folded, lp.info.name);
       at::Tensor w = layer.attr("weight").toTensor().detach();

@@ -31,6 +31,7 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32, c
 // slower at any batch size.
 std::vector<std::pair<std::string, std::string>> slower_int8_layers(const QuantizeContext& ctx,
                                                                     const torch::jit::Module& folded,
+                                                                    const torch::jit::Module& observed,
                                                                     ObserverTable& table,
                                                                     const std::vector<at::Tensor>& holdout,
                                                                     const std::vector<int64_t>& batch_sizes);

@@ -215,9 +215,6 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     }
     s.holdout = prev;
   }
-  table.set_capture(true);
-  run(s.holdout);
-  table.set_capture(false);
 }
 
 }  // namespace
@@ -251,9 +248,53 @@ void StaticPtq::calibrate(QuantizeContext& ctx, DataLoader& loader) {
 
 namespace {
 
+// InsertQuantDeQuant treats a tuple built from a quantized tensor (e.g.
+// MultiheadAttention's `(attn_output, None)`) as quantized and dequantizes
+// the tuple itself, which TorchScript cannot run. Dequantize its tensor
+// elements instead and rebuild the tuple.
+void dequantize_tuple_elements(torch::jit::Block* b, torch::jit::Graph& g) {
+  using namespace torch::jit;
+  for (auto it = b->nodes().begin(); it != b->nodes().end();) {
+    Node* n = *it++;
+    for (Block* sub : n->blocks()) dequantize_tuple_elements(sub, g);
+    if (n->kind() != aten::dequantize || n->inputs().size() != 1 || !n->input(0)->type()->cast<c10::TupleType>())
+      continue;
+    Value* t = n->input(0);
+    WithInsertPoint guard(n);
+    std::vector<Value*> elems;
+    if (t->node()->kind() == prim::TupleConstruct) {
+      elems.assign(t->node()->inputs().begin(), t->node()->inputs().end());
+    } else {
+      Node* unpack = g.insertNode(g.createTupleUnpack(t));
+      elems.assign(unpack->outputs().begin(), unpack->outputs().end());
+    }
+    std::vector<Value*> out;
+    for (Value* e : elems) {
+      if (!e->type()->isSubtypeOf(*c10::TensorType::get())) {
+        out.push_back(e);
+        continue;
+      }
+      Node* dq = g.insertNode(g.create(aten::dequantize, {e}));
+      dq->output()->setType(e->type());
+      out.push_back(dq->output());
+    }
+    Node* tuple = g.insertNode(g.createTuple(out));
+    n->output()->replaceAllUsesWith(tuple->output());
+    n->destroy();
+  }
+}
+
 Module convert_observed(Module& observed) {
   Module q = torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false,
                                             QuantType::STATIC);
+  std::function<void(Module&)> fix = [&](Module& m) {
+    for (const auto& method : m.get_methods()) {
+      auto g = method.graph();
+      dequantize_tuple_elements(g->block(), *g);
+    }
+    for (auto child : m.children()) fix(child);
+  };
+  fix(q);
   q = torch::jit::Finalize(q, QuantType::STATIC, {});
   auto g = q.get_method("forward").graph();
   torch::jit::ConstantPropagation(g);
@@ -265,6 +306,12 @@ const ObserverSlot* find_slot(const ObserverTable& t, const std::string& label) 
   for (const auto& s : t.slots())
     if (s->label == label) return s.get();
   return nullptr;
+}
+
+const ObserverSlot* input_slot(const ObserverTable& t, const std::map<std::string, std::string>& inputs,
+                               const std::string& layer) {
+  auto it = inputs.find(layer);
+  return it == inputs.end() ? nullptr : t.find_path(it->second);
 }
 
 }  // namespace
@@ -297,7 +344,7 @@ void StaticPtq::convert(QuantizeContext& ctx) {
   if (check_speed) {
     std::string why = slower_than_float(q, "planned");
     if (!why.empty()) {
-      auto slower = slower_int8_layers(ctx, s.folded, *s.table, s.holdout, batch_sizes);
+      auto slower = slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.holdout, batch_sizes);
       for (const auto& [name, reason] : slower) {
         s.keep_float.insert(name);
         s.reasons[name] = reason;
@@ -327,7 +374,10 @@ void StaticPtq::convert(QuantizeContext& ctx) {
       ctx.backend_meta["holdout_output_sqnr_db"] = json_number(sqnr(ref.toTensor(), out.toTensor()));
   }
 
-  // Per-layer results.
+  // Per-layer results: each layer's input observer, and its float input on
+  // the held-out batch for a per-layer output SQNR.
+  const auto input_observers = layer_input_observers(s.observed);
+  const auto layer_inputs = capture_layer_inputs(s.folded, s.holdout);
   for (const auto& lp : ctx.plan.layers) {
     LayerResult r;
     r.name = lp.info.name;
@@ -345,7 +395,7 @@ void StaticPtq::convert(QuantizeContext& ctx) {
       continue;
     }
     const ObserverSlot* ws = find_slot(*s.table, lp.info.name + ":weight");
-    const ObserverSlot* as = find_slot(*s.table, lp.info.name + ":input");
+    const ObserverSlot* as = input_slot(*s.table, input_observers, lp.info.name);
     r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
     r.activation_format = "uint8/per_tensor";
     if (ws) {
@@ -364,11 +414,13 @@ void StaticPtq::convert(QuantizeContext& ctx) {
         r.extra["activation"] = {{"observer", as->obs->name()}, {"min", aq.min_val},   {"max", aq.max_val},
                                  {"clip_min", aq.clip_min},      {"clip_max", aq.clip_max},
                                  {"scale", aq.scale[0]},         {"zero_point", aq.zero_point[0]}};
-        if (const at::Tensor* x = s.table->captured(as->label)) {
+        auto xi = layer_inputs.find(lp.info.name);
+        if (xi != layer_inputs.end()) {
           // Output SQNR of this layer alone, float vs int8-simulated, on the held-out batch.
           torch::NoGradGuard ng;
-          auto ref = layer.forward({*x}).toTensor();
-          auto xq = at::fake_quantize_per_tensor_affine(*x, aq.scale[0], aq.zero_point[0], 0, 255);
+          const at::Tensor& x = xi->second;
+          auto ref = layer.forward({x}).toTensor();
+          auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
           layer.setattr("weight", fq);
           auto y = layer.forward({xq}).toTensor();
           layer.setattr("weight", w);

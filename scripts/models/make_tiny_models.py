@@ -4,8 +4,9 @@
   OUTDIR/encoder.pt      Linear -> nn.TransformerEncoder (2 x TransformerEncoderLayer,
                          batch_first) -> Linear; input [N, 8, 16]
   OUTDIR/encoder_x.npz   x float32 [16, 8, 16]
-  OUTDIR/effnet_b0.pt    torchvision efficientnet_b0 (random weights)
-  OUTDIR/effnet_x.npz    x float32 [8, 3, 64, 64]
+  OUTDIR/effnet_b0.pt    torchvision efficientnet_b0 (random weights, BatchNorm statistics
+                         set from random inputs so activations keep their scale)
+  OUTDIR/effnet_x.npz    x float32 [32, 3, 64, 64]
 Deterministic (seed 0). Writes temp files and renames them.
 """
 import os
@@ -15,6 +16,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torchvision
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_torchvision import recalibrate_bn  # noqa: E402
 
 
 class Encoder(nn.Module):
@@ -49,8 +53,9 @@ def main():
     g = np.random.default_rng(0)
     save_npz(os.path.join(out, "encoder_x.npz"), g.standard_normal((16, 8, 16)).astype(np.float32))
     torch.manual_seed(0)
-    save_script(torchvision.models.efficientnet_b0(weights=None), os.path.join(out, "effnet_b0.pt"))
-    save_npz(os.path.join(out, "effnet_x.npz"), g.standard_normal((8, 3, 64, 64)).astype(np.float32))
+    save_script(recalibrate_bn(torchvision.models.efficientnet_b0(weights=None), size=64),
+                os.path.join(out, "effnet_b0.pt"))
+    save_npz(os.path.join(out, "effnet_x.npz"), g.standard_normal((32, 3, 64, 64)).astype(np.float32))
     print("wrote", out)
 
 

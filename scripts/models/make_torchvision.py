@@ -58,7 +58,26 @@ def build(arch):
         raise SystemExit("make_torchvision: unknown torchvision model '%s'" % arch)
     torch.manual_seed(0)
     model = getattr(torchvision.models, arch)(weights=None, **KWARGS.get(arch, {}))
-    return model.eval()
+    return recalibrate_bn(model).eval()
+
+
+def recalibrate_bn(model, batches=4, size=224):
+    """Sets BatchNorm running statistics from random inputs (cumulative
+    average), so that a random-weight network has activations of a sane scale
+    at every depth, as a trained one does, instead of vanishing or exploding.
+    Without it, static quantization of deep random nets measures nothing."""
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return model
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for _ in range(batches):
+            model(torch.randn(8, 3, size, size, generator=g))
+    return model
 
 
 def atomic_write(path, writer):

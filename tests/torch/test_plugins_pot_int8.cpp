@@ -65,7 +65,8 @@ TEST_CASE("pot_int8 example: install, out-of-tree build, quantize, evaluate", "[
                     " backends --json");
   REQUIRE(lb.rc == 0);
   bool listed = false;
-  for (const auto& b : nlohmann::json::parse(lb.out)["backends"]) {
+  const nlohmann::json listing = nlohmann::json::parse(lb.out);  // must outlive the loop
+  for (const auto& b : listing["backends"]) {
     if (b["name"] != "pot_int8") continue;
     listed = true;
     CHECK(b["origin"] == fs::canonical(plugin).string());

@@ -229,7 +229,7 @@ TEST_CASE("static int8 specializes branching graphs: TransformerEncoder and Effi
                           "  default_activation_dtype: uint8\n  model_path: " + kModels + "/tiny/" + c.model +
                           "\n  backend_kwargs: {latency_check: false}\n"
                           "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels + "/tiny/" + c.data +
-                          "\n    batch_size: 4\n");
+                          "\n    batch_size: 8\n");
       auto q = torch::jit::load(out.artifact_path);
       int64_t quantized_layers = 0;
       for (const auto& l : out.layers) quantized_layers += l.kept_float ? 0 : 1;

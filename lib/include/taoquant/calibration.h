@@ -53,10 +53,8 @@ class ObserverTable {
   void bind(torch::jit::Module& observed);
 
   void observe(int64_t id, const at::Tensor& x);
-  // While capturing, observe() keeps a copy of each observed input instead of
-  // updating the observers (used for a held-out batch).
-  void set_capture(bool on);
-  const at::Tensor* captured(const std::string& label) const;
+  // The slot of the observer module at `path` (nullptr if none).
+  const ObserverSlot* find_path(const std::string& path) const;
   const QParams& qparams(int64_t id);
   const std::vector<std::unique_ptr<ObserverSlot>>& slots() const { return slots_; }
   const std::vector<ObserverTemplate>& templates() const { return templates_; }
@@ -67,14 +65,23 @@ class ObserverTable {
   std::vector<ObserverTemplate> templates_;
   std::vector<std::unique_ptr<ObserverSlot>> slots_;
   QParamConstraints constraints_;
-  bool capture_ = false;
-  std::map<std::string, at::Tensor> captured_;
   ObserverTable* previous_ = nullptr;
 };
 
 // Applies a backend's declared qparam constraints (power-of-two scales,
 // minimum scale, ranges) to computed qparams (implemented in constraints.cpp).
 QParams apply_constraints(const QParams& q, const QParamConstraints& c);
+
+// For each conv/linear layer of an observed model (by module path), the
+// module path of the observer that quantizes its input: the one on its input
+// value, or on the value its input is derived from through ops that carry
+// quantization (pooling, flatten, reshape, relu, ...).
+std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed);
+
+// Runs `model` on `inputs` and returns the input tensor of each conv/linear
+// layer (first call), by module path. The model itself is not modified.
+std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
+                                                       const std::vector<at::Tensor>& inputs);
 
 // Specializes a module for inference on inputs like `sample`: function calls
 // are inlined into the methods, the model runs once with branch recording

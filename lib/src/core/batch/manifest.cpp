@@ -181,8 +181,8 @@ std::string join_dir(const std::string& dir, const std::string& p) {
 
 // The path as written relative to the manifest's directory (for the hash).
 std::string rel_to(const std::string& dir, const std::string& p) {
-  if (dir.empty() || fs::path(p).is_absolute()) return p;
-  auto r = fs::path(p).lexically_relative(dir);
+  if (dir.empty() || !fs::path(p).is_absolute()) return p;
+  const fs::path r = fs::path(p).lexically_relative(fs::path(dir).lexically_normal());
   return r.empty() ? p : r.string();
 }
 

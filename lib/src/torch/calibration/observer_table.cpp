@@ -1,5 +1,7 @@
 // The observer table and the custom ops through which TorchScript observer
 // modules reach tao-quant's C++ observers during calibration.
+#include <spdlog/spdlog.h>
+
 #include <mutex>
 
 #include <torch/csrc/jit/frontend/resolver.h>
@@ -193,6 +195,7 @@ void ObserverTable::bind(torch::jit::Module& observed) {
       slot->path = join_path(prefix, child.name);
       auto it = labels.find(child.name);
       slot->label = it != labels.end() ? it->second : slot->path;
+      spdlog::debug("observer {} watches {}", slot->path, slot->label);
       const auto& t = templates_.at(static_cast<size_t>(slot->template_id));
       slot->obs = ObserverRegistry::instance().create(t.observer, t.cfg, t.loc);
       c.setattr("tq_id", slot->id);
@@ -207,24 +210,16 @@ void ObserverTable::observe(int64_t id, const at::Tensor& x) {
     throw RuntimeError("observer id " + std::to_string(id) + " is not bound");
   auto& s = *slots_[static_cast<size_t>(id)];
   at::NoGradGuard no_grad;
-  if (capture_) {
-    if (!captured_.count(s.label)) captured_[s.label] = x.detach().clone();
-    return;
-  }
   s.obs->observe(x.detach());
   ++s.calls;
   s.last_shape = x.sizes().vec();
   s.qparams.reset();
 }
 
-void ObserverTable::set_capture(bool on) {
-  capture_ = on;
-  if (on) captured_.clear();
-}
-
-const at::Tensor* ObserverTable::captured(const std::string& label) const {
-  auto it = captured_.find(label);
-  return it == captured_.end() ? nullptr : &it->second;
+const ObserverSlot* ObserverTable::find_path(const std::string& path) const {
+  for (const auto& s : slots_)
+    if (s->path == path) return s.get();
+  return nullptr;
 }
 
 const QParams& ObserverTable::qparams(int64_t id) {

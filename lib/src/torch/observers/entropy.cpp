@@ -43,7 +43,8 @@ double smooth(std::vector<double>& raw, int64_t n) {
   if (!(sum > 0)) return -1;
   // MXNet/TensorRT smoothing on raw counts adds eps = 1e-4 to each zero bin;
   // relative to one sample that is 1e-4 / sum.
-  const double eps = zeros ? kSmoothEps / sum : 0.0;
+  // (Capped so that a nearly empty histogram keeps most of its own mass.)
+  const double eps = zeros ? std::min(kSmoothEps / sum, 0.1 / double(zeros)) : 0.0;
   const double keep = (1.0 - eps * double(zeros)) / sum;
   for (int64_t k = 0; k < n; ++k) raw[k] = raw[k] == 0 ? eps : raw[k] * keep;
   return eps;

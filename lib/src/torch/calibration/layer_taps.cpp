@@ -1,0 +1,163 @@
+// Layer taps: which observer quantizes each layer's input, and the actual
+// input tensor of each layer on a given batch. Both work on an inlined copy of
+// the forward graph, where each conv/linear call is an aten op whose weight is
+// read through a chain of prim::GetAttr nodes that spells the layer's path.
+#include <mutex>
+#include <set>
+
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/script.h>
+
+#include "taoquant/calibration.h"
+
+namespace tq {
+
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Node;
+using torch::jit::Value;
+namespace prim = torch::jit::prim;
+
+std::mutex g_tap_mutex;
+std::map<int64_t, at::Tensor>* g_taps = nullptr;
+
+at::Tensor tap_op(const at::Tensor& x, int64_t id) {
+  std::lock_guard<std::mutex> lock(g_tap_mutex);
+  if (g_taps && !g_taps->count(id)) (*g_taps)[id] = x.detach().clone();
+  return x;
+}
+
+TORCH_LIBRARY_FRAGMENT(taoquant, m) { m.def("tap(Tensor(a) x, int id) -> Tensor(a)", tap_op); }
+
+// "a.b.c" for GetAttr[c](GetAttr[b](GetAttr[a](self))); nullopt if the value
+// is not such a chain.
+std::optional<std::string> attr_path(Value* v) {
+  std::string path;
+  while (v->node()->kind() == prim::GetAttr) {
+    const std::string& name = v->node()->s(torch::jit::attr::name);
+    path = path.empty() ? name : name + "." + path;
+    v = v->node()->input(0);
+  }
+  if (v->node()->kind() != prim::Param) return std::nullopt;
+  return path;
+}
+
+bool is_layer_op(const Node* n) {
+  static const std::set<std::string> kOps = {"aten::conv1d",  "aten::conv2d", "aten::conv3d",
+                                             "aten::_convolution", "aten::linear"};
+  return kOps.count(n->kind().toQualString()) > 0;
+}
+
+bool is_observe(const Node* n) { return std::string(n->kind().toQualString()) == "taoquant::observe"; }
+
+// Ops that carry their input's quantization through unchanged (LibTorch's
+// "general ops" for static quantization): the observer of their input is the
+// observer of their output.
+bool passes_quantization(const Node* n) {
+  static const std::set<std::string> kOps = {
+      "aten::max_pool1d",  "aten::max_pool2d",   "aten::max_pool3d",    "aten::adaptive_max_pool2d",
+      "aten::avg_pool1d",  "aten::avg_pool2d",   "aten::avg_pool3d",    "aten::adaptive_avg_pool1d",
+      "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d", "aten::flatten", "aten::reshape",
+      "aten::view",        "aten::relu",         "aten::relu_",         "aten::dropout",
+      "aten::dropout_",    "aten::contiguous",   "aten::permute",       "aten::transpose",
+      "aten::squeeze",     "aten::unsqueeze",    "aten::hardtanh",      "aten::hardtanh_",
+      "aten::clamp",       "aten::detach",       "aten::mean",          "aten::upsample_nearest2d",
+      "aten::__getitem__", "prim::TupleIndex",   "prim::ListUnpack",    "aten::chunk",
+      "aten::select",      "aten::slice",        "aten::t"};
+  return kOps.count(n->kind().toQualString()) > 0;
+}
+
+// The observer (its module path) that a value is quantized with: the
+// observe call that produced it, or one that it feeds, looking back through
+// quantization-transparent ops.
+std::optional<std::string> observer_of(Value* v) {
+  for (int depth = 0; depth < 64; ++depth) {
+    Node* def = v->node();
+    if (is_observe(def)) return attr_path(def->input(1)->node()->input(0));
+    for (const auto& u : v->uses())
+      if (is_observe(u.user)) return attr_path(u.user->input(1)->node()->input(0));
+    if (!passes_quantization(def) || def->inputs().empty()) return std::nullopt;
+    v = def->input(0);
+  }
+  return std::nullopt;
+}
+
+// The layer path of a conv/linear op: its weight's GetAttr chain, seen
+// through a weight observer if there is one.
+std::optional<std::string> layer_of(Node* n) {
+  Value* w = n->input(1);
+  if (is_observe(w->node())) w = w->node()->input(0);
+  if (w->node()->kind() != prim::GetAttr || w->node()->s(torch::jit::attr::name) != "weight") return std::nullopt;
+  return attr_path(w->node()->input(0));
+}
+
+template <typename F>
+void for_each_layer_op(Block* b, F&& f) {
+  for (Node* n : b->nodes()) {
+    for (Block* sub : n->blocks()) for_each_layer_op(sub, f);
+    if (is_layer_op(n))
+      if (auto layer = layer_of(n)) f(n, *layer);
+  }
+}
+
+std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) {
+  auto g = m.get_method("forward").graph()->copy();
+  torch::jit::Inline(*g);
+  return g;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed) {
+  std::map<std::string, std::string> out;
+  auto g = inlined_forward(observed);
+  for_each_layer_op(g->block(), [&](Node* n, const std::string& layer) {
+    if (out.count(layer)) return;  // a layer called twice: its first call
+    if (auto obs = observer_of(n->input(0))) out[layer] = *obs;
+  });
+  return out;
+}
+
+std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
+                                                       const std::vector<at::Tensor>& inputs) {
+  // A private copy whose forward is inlined, with a tap before each layer.
+  torch::jit::Module m = model.clone();
+  auto g = m.get_method("forward").graph();
+  torch::jit::Inline(*g);
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for_each_layer_op(g->block(), [&](Node* n, const std::string& layer) {
+    if (!seen.insert(layer).second) return;
+    torch::jit::WithInsertPoint guard(n);
+    Value* id = g->insertConstant(static_cast<int64_t>(names.size()));
+    Node* tap = g->create(c10::Symbol::fromQualString("taoquant::tap"), {n->input(0), id}, 1);
+    tap->insertBefore(n);
+    tap->output()->setType(n->input(0)->type());
+    n->replaceInput(0, tap->output());
+    names.push_back(layer);
+  });
+  std::map<int64_t, at::Tensor> taps;
+  {
+    std::lock_guard<std::mutex> lock(g_tap_mutex);
+    g_taps = &taps;
+  }
+  try {
+    torch::NoGradGuard no_grad;
+    std::vector<c10::IValue> in(inputs.begin(), inputs.end());
+    m.forward(in);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(g_tap_mutex);
+    g_taps = nullptr;
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_tap_mutex);
+    g_taps = nullptr;
+  }
+  std::map<std::string, at::Tensor> out;
+  for (auto& [id, t] : taps) out[names.at(static_cast<size_t>(id))] = std::move(t);
+  return out;
+}
+
+}  // namespace tq
