@@ -3,6 +3,7 @@
 // any format, fp8 included, on any runtime.
 #include <torch/script.h>
 
+#include "static_fakequant.h"
 #include "taoquant/backend.h"
 #include "taoquant/model.h"
 #include "taoquant/weight_quant.h"
@@ -11,9 +12,16 @@ namespace tq::fakequant {
 
 namespace {
 
-class FakeQuantBackend : public QuantizerBase {
+class FakeQuantBackend : public QuantizerBase, public Calibratable {
  public:
+  void calibrate(QuantizeContext& ctx, DataLoader& loader) override { static_.calibrate(ctx, loader); }
+
   void quantize(QuantizeContext& ctx) override {
+    if (ctx.spec.quantize.mode == Mode::kStatic) {
+      ctx.backend_meta["storage"] =
+          "float weights rounded to the quantization grid; quantize->dequantize of layer inputs in the graph";
+      return static_.convert(ctx);
+    }
     ctx.backend_meta["storage"] = "float weights rounded to the quantization grid";
     quantize_weights(ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string&) -> size_t {
       auto layer = find_submodule(ctx.model, lp.info.name);
@@ -22,6 +30,9 @@ class FakeQuantBackend : public QuantizerBase {
       return static_cast<size_t>(w.numel()) * w.element_size();
     });
   }
+
+ private:
+  StaticFakeQuant static_;
 };
 
 BackendInfo info() {
@@ -30,9 +41,11 @@ BackendInfo info() {
   b.description = "float artifacts with quantize->dequantize values, for accuracy simulation of any format";
   b.aliases = {{"modelopt", {}, "ModelOpt-style fake quantization"},
                {"modelopt.pytorch", {}, "ModelOpt-style fake quantization"}};
-  b.caps.modes = {Mode::kWeightOnly};
+  b.caps.modes = {Mode::kWeightOnly, Mode::kStatic};
   b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2};
-  b.caps.activation_dtypes = {};
+  b.caps.activation_dtypes = {DType::kInt8, DType::kUInt8, DType::kFp8E4M3, DType::kFp8E5M2};
+  const std::vector<DType> any_weight = b.caps.weight_dtypes;
+  b.caps.dtype_configs = {{Mode::kWeightOnly, any_weight, {}}, {Mode::kStatic, any_weight, b.caps.activation_dtypes}};
   b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel, Granularity::kPerGroup};
   for (const auto& e : layer_kind_table().entries) b.caps.layer_kinds.push_back(e.value);
   return b;

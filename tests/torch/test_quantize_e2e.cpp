@@ -216,6 +216,50 @@ TEST_CASE("static int8 on the CNN: real quantized kernels, accuracy kept", "[e2e
   }
 }
 
+TEST_CASE("fakequant static fp8_e4m3fn on the CNN: q->dq in the graph, accuracy kept", "[e2e][static][fakequant]") {
+  auto dir = tmpdir("fq_static");
+  auto out = quantize("results_dir: " + dir +
+                      "\nquantize:\n  backend: fakequant\n  mode: static_ptq\n  default_layer_dtype: fp8_e4m3fn\n"
+                      "  default_activation_dtype: fp8_e4m3fn\n  model_path: " + kCnn +
+                      "\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kCalib +
+                      "\n    batch_size: 64\n");
+  auto q = torch::jit::load(out.artifact_path);
+  q.eval();
+  // Plain TorchScript: one fp8 rounding per quantized layer input, no tao-quant ops.
+  CHECK(count_nodes(q, "aten::round") == 4);
+  CHECK(count_nodes(q, "taoquant::observe") == 0);
+  auto fp32 = torch::jit::load(kCnn);
+  fp32.eval();
+  const double drop = top1(fp32) - top1(q);
+  WARN("fakequant static fp8: top-1 drop " << drop * 100 << " points");
+  CHECK(drop <= 0.005);
+  for (const auto& l : out.layers) {
+    CHECK(l.activation_format == "fp8_e4m3fn/per_tensor");
+    REQUIRE(l.extra.contains("activation"));
+    // amax-based scale: amax / 448.
+    const auto& a = l.extra["activation"];
+    const double amax = std::max(std::abs(a["clip_min"].get<double>()), std::abs(a["clip_max"].get<double>()));
+    CHECK(a["scale"].get<double>() == Approx(amax / 448.0).epsilon(1e-6));
+    CHECK(l.extra["output_sqnr_db"].get<double>() > 20.0);
+  }
+}
+
+TEST_CASE("fakequant static int8 on a TransformerEncoder: every Linear gets its input quantized", "[e2e][static][fakequant]") {
+  auto dir = tmpdir("fq_encoder");
+  auto out = quantize("results_dir: " + dir +
+                      "\nquantize:\n  backend: fakequant\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+                      "  default_activation_dtype: int8\n  model_path: " + kModels + "/tiny/encoder.pt" +
+                      "\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kModels + "/tiny/encoder_x.npz" +
+                      "\n    batch_size: 8\n");
+  REQUIRE(out.layers.size() == 8);
+  for (const auto& l : out.layers) CHECK(l.extra.contains("activation"));
+  auto sqnr = out.report["backend"]["meta"]["holdout_output_sqnr_db"];
+  REQUIRE(sqnr.is_number());
+  CHECK(sqnr.get<double>() > 20.0);
+  auto q = torch::jit::load(out.artifact_path);
+  CHECK(count_nodes(q, "aten::fake_quantize_per_tensor_affine") == 8);
+}
+
 TEST_CASE("static int8 specializes branching graphs: TransformerEncoder and EfficientNet", "[e2e][static][branches]") {
   struct Case {
     const char* model;

@@ -16,6 +16,11 @@
 #include "taoquant/backend.h"
 #include "taoquant/observer.h"
 
+namespace torch::jit {
+struct Graph;
+struct Node;
+}  // namespace torch::jit
+
 namespace tq {
 
 struct ObserverTemplate {
@@ -52,6 +57,10 @@ class ObserverTable {
   // own slot and labels it from the graph.
   void bind(torch::jit::Module& observed);
 
+  // A slot without an observer module, for backends that insert
+  // `taoquant::observe(x, id)` calls into a graph themselves. Returns the id.
+  int64_t add_slot(int template_id, const std::string& label);
+
   void observe(int64_t id, const at::Tensor& x);
   // The slot of the observer module at `path` (nullptr if none).
   const ObserverSlot* find_path(const std::string& path) const;
@@ -77,6 +86,14 @@ QParams apply_constraints(const QParams& q, const QParamConstraints& c);
 // value, or on the value its input is derived from through ops that carry
 // quantization (pooling, flatten, reshape, relu, ...).
 std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed);
+
+// The conv/linear ops of a graph (inline it first) with the module path of
+// the layer each one belongs to (first call of each layer only), in graph order.
+struct LayerSite {
+  torch::jit::Node* op = nullptr;
+  std::string layer;
+};
+std::vector<LayerSite> layer_sites(torch::jit::Graph& g);
 
 // Runs `model` on `inputs` and returns the input tensor of each conv/linear
 // layer (first call), by module path. The model itself is not modified.

@@ -119,6 +119,15 @@ std::map<std::string, std::string> layer_input_observers(const torch::jit::Modul
   return out;
 }
 
+std::vector<LayerSite> layer_sites(torch::jit::Graph& g) {
+  std::vector<LayerSite> out;
+  std::set<std::string> seen;
+  for_each_layer_op(g.block(), [&](Node* n, const std::string& layer) {
+    if (seen.insert(layer).second) out.push_back({n, layer});
+  });
+  return out;
+}
+
 std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
                                                        const std::vector<at::Tensor>& inputs) {
   // A private copy whose forward is inlined, with a tap before each layer.
@@ -126,9 +135,9 @@ std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module&
   auto g = m.get_method("forward").graph();
   torch::jit::Inline(*g);
   std::vector<std::string> names;
-  std::set<std::string> seen;
-  for_each_layer_op(g->block(), [&](Node* n, const std::string& layer) {
-    if (!seen.insert(layer).second) return;
+  for (const LayerSite& site : layer_sites(*g)) {
+    Node* n = site.op;
+    const std::string& layer = site.layer;
     torch::jit::WithInsertPoint guard(n);
     Value* id = g->insertConstant(static_cast<int64_t>(names.size()));
     Node* tap = g->create(c10::Symbol::fromQualString("taoquant::tap"), {n->input(0), id}, 1);
@@ -136,7 +145,7 @@ std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module&
     tap->output()->setType(n->input(0)->type());
     n->replaceInput(0, tap->output());
     names.push_back(layer);
-  });
+  }
   std::map<int64_t, at::Tensor> taps;
   {
     std::lock_guard<std::mutex> lock(g_tap_mutex);

@@ -216,6 +216,18 @@ void ObserverTable::observe(int64_t id, const at::Tensor& x) {
   s.qparams.reset();
 }
 
+int64_t ObserverTable::add_slot(int template_id, const std::string& label) {
+  const auto& t = templates_.at(static_cast<size_t>(template_id));
+  auto slot = std::make_unique<ObserverSlot>();
+  slot->id = static_cast<int64_t>(slots_.size());
+  slot->template_id = template_id;
+  slot->path = label;
+  slot->label = label;
+  slot->obs = ObserverRegistry::instance().create(t.observer, t.cfg, t.loc);
+  slots_.push_back(std::move(slot));
+  return slots_.back()->id;
+}
+
 const ObserverSlot* ObserverTable::find_path(const std::string& path) const {
   for (const auto& s : slots_)
     if (s->path == path) return s.get();

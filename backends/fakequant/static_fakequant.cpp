@@ -1,0 +1,272 @@
+#include "static_fakequant.h"
+
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/jit.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "taoquant/calibration.h"
+#include "taoquant/data.h"
+#include "taoquant/formats.h"
+#include "taoquant/model.h"
+#include "taoquant/qparams.h"
+#include "taoquant/report.h"
+#include "taoquant/weight_quant.h"
+
+namespace tq::fakequant {
+
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+// Quantize -> dequantize of an activation, in plain TorchScript ops so that
+// the artifact needs nothing but LibTorch. fp8: the value is scaled by its
+// amax-based scale, saturated, and rounded to the nearest fp8 value (ties to
+// even) with the exponent taken from the value itself.
+const char* kFakeQuantSource = R"JIT(
+def fq_int(x: Tensor, scale: float, zero_point: int, qmin: int, qmax: int) -> Tensor:
+    return torch.fake_quantize_per_tensor_affine(x, scale, zero_point, qmin, qmax)
+
+def fq_fp8(x: Tensor, scale: float, fmax: float, min_normal: float, step_div: float) -> Tensor:
+    v = torch.clamp(x / scale, -fmax, fmax)
+    e = torch.floor(torch.log2(torch.clamp(torch.abs(v), min=min_normal)))
+    step = torch.exp2(e) / step_div
+    return torch.round(v / step) * step * scale
+)JIT";
+
+std::shared_ptr<torch::jit::Graph> snippet(const std::string& name) {
+  static std::shared_ptr<torch::jit::CompilationUnit> cu = torch::jit::compile(kFakeQuantSource);
+  return torch::jit::toGraphFunction(cu->get_function(name)).graph();
+}
+
+bool is_fp8(DType d) { return d == DType::kFp8E4M3 || d == DType::kFp8E5M2; }
+
+// (largest value, smallest normal, 2^mantissa bits) of an fp8 format.
+std::tuple<double, double, double> fp8_params(DType d) {
+  if (d == DType::kFp8E5M2) return {57344.0, std::ldexp(1.0, -14), 4.0};
+  return {448.0, std::ldexp(1.0, -6), 8.0};
+}
+
+std::string act_format(const TensorQuant& t) { return std::string(to_string(t.dtype)) + "/per_tensor"; }
+
+double sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
+  auto r = ref.to(at::kDouble), e = r - x.to(at::kDouble);
+  double num = r.pow(2).sum().item<double>(), den = e.pow(2).sum().item<double>();
+  if (den == 0) return INFINITY;
+  return 10.0 * std::log10(num / std::max(den, 1e-300));
+}
+
+}  // namespace
+
+struct StaticFakeQuant::Session {
+  std::unique_ptr<ObserverTable> table;
+  torch::jit::Module work;                   // specialized, inlined copy with observe calls
+  std::map<std::string, int64_t> slot_of;    // layer -> observer slot of its input
+  std::map<std::string, Node*> observe_of;   // layer -> the observe node
+  std::vector<at::Tensor> holdout;
+  size_t samples = 0, batches = 0;
+};
+
+StaticFakeQuant::StaticFakeQuant() = default;
+StaticFakeQuant::~StaticFakeQuant() = default;
+
+void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
+  s_ = std::make_unique<Session>();
+  auto& s = *s_;
+  const auto t0 = std::chrono::steady_clock::now();
+  loader.reset();
+  Batch first;
+  if (!loader.next(first)) throw RuntimeError("calibration data is empty: " + loader.describe());
+  check_input_fits(ctx.model, first, "calibration data");
+
+  // Straight-line inference graph: branches specialized (fused fast paths
+  // that bypass Linear modules are not taken), everything inlined.
+  s.work = ctx.model.clone();
+  s.work.eval();
+  std::vector<at::Tensor> sample;
+  for (const auto& t : first.inputs) sample.push_back(t.slice(0, 0, std::min<int64_t>(2, t.size(0))));
+  auto [removed, kept] = specialize_branches(s.work, sample);
+  ctx.backend_meta["specialized_branches"] = {{"removed", removed}, {"kept", kept}};
+  s.work = s.work.clone();  // specialization ran the model: start from a fresh plan
+  auto g = s.work.get_method("forward").graph();
+  torch::jit::Inline(*g);
+
+  s.table = std::make_unique<ObserverTable>();
+  std::map<std::string, const LayerPlan*> plan;
+  for (const auto& lp : ctx.plan.layers) plan[lp.info.name] = &lp;
+  for (const LayerSite& site : layer_sites(*g)) {
+    auto it = plan.find(site.layer);
+    if (it == plan.end() || it->second->skipped || !it->second->activations.quantized()) continue;
+    const LayerPlan& lp = *it->second;
+    ObserverTemplate t;
+    t.observer = lp.activations.observer.empty() ? std::string(to_string(ctx.spec.quantize.algorithm))
+                                                 : lp.activations.observer;
+    t.cfg.dtype = lp.activations.dtype;
+    t.cfg.symmetric = is_fp8(lp.activations.dtype) || lp.activations.symmetric;
+    t.cfg.kwargs = lp.activations.observer_kwargs;
+    t.loc = ctx.spec.loc(lp.rule_index >= 0 ? "quantize.layers." + std::to_string(lp.rule_index) + ".activations"
+                                            : "quantize.default_activation_dtype");
+    const int64_t id = s.table->add_slot(s.table->add_template(std::move(t)), site.layer + ":input");
+    torch::jit::WithInsertPoint guard(site.op);
+    Node* obs = g->create(c10::Symbol::fromQualString("taoquant::observe"),
+                          {site.op->input(0), g->insertConstant(id)}, 1);
+    obs->insertBefore(site.op);
+    obs->output()->setType(site.op->input(0)->type());
+    site.op->replaceInput(0, obs->output());
+    s.slot_of[site.layer] = id;
+    s.observe_of[site.layer] = obs;
+  }
+
+  // All batches but the last observe; the last is held out for fidelity.
+  torch::NoGradGuard no_grad;
+  auto run = [&](const std::vector<at::Tensor>& in) {
+    std::vector<c10::IValue> iv(in.begin(), in.end());
+    s.work.forward(iv);
+    s.samples += static_cast<size_t>(in[0].size(0));
+    ++s.batches;
+  };
+  loader.reset();
+  const size_t total = loader.num_batches();
+  Batch b;
+  std::vector<at::Tensor> prev;
+  size_t done = 0;
+  while (loader.next(b)) {
+    if (!prev.empty()) run(prev);
+    prev = b.inputs;
+    if (ctx.on_progress) ctx.on_progress("calibrate", ++done, total);
+  }
+  if (s.batches == 0) run(prev);
+  s.holdout = prev;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ctx.calibration = {{"samples", s.samples},
+                     {"batches", s.batches},
+                     {"holdout_samples", s.holdout.empty() ? 0 : s.holdout[0].size(0)},
+                     {"seconds", secs},
+                     {"data", loader.describe()}};
+}
+
+void StaticFakeQuant::convert(QuantizeContext& ctx) {
+  if (!s_) throw RuntimeError("fakequant static_ptq: quantize called before calibrate");
+  auto& s = *s_;
+  auto g = s.work.get_method("forward").graph();
+  const auto float_inputs = capture_layer_inputs(ctx.model, s.holdout);
+
+  // Activations: each observe call becomes a quantize -> dequantize.
+  std::map<std::string, QParams> act;
+  for (const auto& [layer, obs] : s.observe_of) {
+    const ObserverSlot& slot = *s.table->slots().at(static_cast<size_t>(s.slot_of[layer]));
+    Value* x = obs->input(0);
+    if (slot.calls == 0) {  // never reached with this data: leave it float
+      obs->output()->replaceAllUsesWith(x);
+      obs->destroy();
+      continue;
+    }
+    const QParams& q = s.table->qparams(slot.id);
+    act[layer] = q;
+    torch::jit::WithInsertPoint guard(obs);
+    std::vector<Value*> args = {x, g->insertConstant(static_cast<double>(q.scale.at(0)))};
+    std::shared_ptr<torch::jit::Graph> fq;
+    if (is_fp8(q.dtype)) {
+      auto [fmax, min_normal, step_div] = fp8_params(q.dtype);
+      args.push_back(g->insertConstant(fmax));
+      args.push_back(g->insertConstant(min_normal));
+      args.push_back(g->insertConstant(step_div));
+      fq = snippet("fq_fp8");
+    } else {
+      args.push_back(g->insertConstant(static_cast<int64_t>(q.zero_point.at(0))));
+      args.push_back(g->insertConstant(static_cast<int64_t>(q.quant_min)));
+      args.push_back(g->insertConstant(static_cast<int64_t>(q.quant_max)));
+      fq = snippet("fq_int");
+    }
+    Value* y = torch::jit::insertGraph(*g, *fq, args).at(0);
+    obs->output()->replaceAllUsesWith(y);
+    obs->destroy();
+  }
+  torch::jit::ConstantPropagation(g);
+  torch::jit::EliminateDeadCode(g);
+
+  // Weights: rounded to the grid in place.
+  const BackendInfo* backend = BackendRegistry::instance().find(ctx.resolved_backend);
+  const QParamConstraints cons = backend ? backend->caps.constraints : QParamConstraints{};
+  std::map<std::string, fmt::QuantizedWeight> weights;
+  for (const auto& lp : ctx.plan.layers) {
+    if (!lp.weights.quantized()) continue;
+    auto layer = find_submodule(s.work, lp.info.name);
+    fmt::QuantizedWeight q;
+    if (constraints_active(cons)) {
+      std::vector<int64_t> shape;
+      auto values = read_weight(layer, &shape);
+      q = quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights), cons);
+    } else {
+      q = quantize_layer_weight(s.work, lp);
+    }
+    set_weight_values(layer, q.dequant);
+    weights[lp.info.name] = std::move(q);
+  }
+  // A fresh copy: the calibrated module has run, and LibTorch keeps the
+  // execution plan it made from the graph as it was then.
+  torch::jit::Module result = s.work.clone();
+  result.eval();
+
+  // Fidelity on the held-out batch: the whole model, and each layer alone
+  // (float layer on its float input vs fake-quant layer on its fake-quant input).
+  const auto fq_inputs = capture_layer_inputs(result, s.holdout);
+  torch::NoGradGuard ng;
+  {
+    std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
+    auto ref = ctx.model.forward(in), out = result.forward(in);
+    if (ref.isTensor() && out.isTensor())
+      ctx.backend_meta["holdout_output_sqnr_db"] = json_number(sqnr_db(ref.toTensor(), out.toTensor()));
+  }
+  for (const auto& lp : ctx.plan.layers) {
+    auto layer = find_submodule(result, lp.info.name);
+    auto w = layer.attr("weight").toTensor();
+    const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
+    LayerResult r;
+    auto wq = weights.find(lp.info.name);
+    if (wq != weights.end()) {
+      r = weight_layer_result(lp, wq->second, bytes, bytes);
+    } else {
+      r.name = lp.info.name;
+      r.class_name = lp.info.class_name;
+      r.weight_shape = lp.info.weight_shape;
+      r.bytes_before = r.bytes_after = bytes;
+    }
+    auto a = act.find(lp.info.name);
+    if (a != act.end()) {
+      const QParams& q = a->second;
+      r.activation_format = act_format(lp.activations);
+      r.extra["activation"] = {
+          {"observer", s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]))->obs->name()},
+          {"min", q.min_val},
+          {"max", q.max_val},
+          {"clip_min", q.clip_min},
+          {"clip_max", q.clip_max},
+          {"scale", q.scale.at(0)},
+          {"zero_point", q.zero_point.empty() ? 0 : q.zero_point.at(0)}};
+    } else if (lp.activations.quantized() && !lp.skipped) {
+      r.reason = "activations left float: the calibration data never reached this layer";
+    }
+    if (wq == weights.end() && a == act.end()) {
+      r.kept_float = true;
+      r.reason = lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
+    }
+    auto fi = float_inputs.find(lp.info.name), qi = fq_inputs.find(lp.info.name);
+    if (fi != float_inputs.end() && qi != fq_inputs.end()) {
+      auto ref_y = find_submodule(ctx.model, lp.info.name).forward({fi->second}).toTensor();
+      r.extra["output_sqnr_db"] = json_number(sqnr_db(ref_y, layer.forward({qi->second}).toTensor()));
+    }
+    ctx.add_layer_result(std::move(r));
+  }
+  ctx.model = result;
+  s_.reset();
+}
+
+}  // namespace tq::fakequant
