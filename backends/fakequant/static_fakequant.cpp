@@ -15,7 +15,6 @@
 #include "taoquant/data.h"
 #include "taoquant/formats.h"
 #include "taoquant/model.h"
-#include "taoquant/qparams.h"
 #include "taoquant/report.h"
 #include "taoquant/weight_quant.h"
 
@@ -193,20 +192,11 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
   torch::jit::EliminateDeadCode(g);
 
   // Weights: rounded to the grid in place.
-  const BackendInfo* backend = BackendRegistry::instance().find(ctx.resolved_backend);
-  const QParamConstraints cons = backend ? backend->caps.constraints : QParamConstraints{};
   std::map<std::string, fmt::QuantizedWeight> weights;
   for (const auto& lp : ctx.plan.layers) {
     if (!lp.weights.quantized()) continue;
     auto layer = find_submodule(s.work, lp.info.name);
-    fmt::QuantizedWeight q;
-    if (constraints_active(cons)) {
-      std::vector<int64_t> shape;
-      auto values = read_weight(layer, &shape);
-      q = quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights), cons);
-    } else {
-      q = quantize_layer_weight(s.work, lp);
-    }
+    fmt::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
     set_weight_values(layer, q.dequant);
     weights[lp.info.name] = std::move(q);
   }

@@ -146,6 +146,7 @@ bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
 void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
   DataLoader* loader = s.loader;
   const Spec& spec = ctx.spec;
+  s.table.reset();  // the old table first: a table is the active one until it is destroyed
   s.table = std::make_unique<ObserverTable>();
   auto& table = *s.table;
   torch::jit::QConfigDict qd;

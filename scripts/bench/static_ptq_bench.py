@@ -37,6 +37,8 @@ MODELS = {
     "mobilenet_v2": ("models/tv/mobilenet_v2.pt", "models/tv/imagenet_rand_n8_224.npz", None, "1,3,224,224"),
 }
 
+BATCHES = (1, 8, 32)
+
 QUANTIZE_JIT = r"""
 import sys, numpy as np, torch
 from torch.ao.quantization import get_default_qconfig, quantize_jit
@@ -124,18 +126,30 @@ def main():
         tq_art = os.path.join(out_dir, "quantized_model_libtorch.pth")
         pt_art = os.path.join(out_dir, "quantize_jit.pt")
         t_tq, t_pt = [], []
+        jit_error = None
         for _ in range(a.repeats):  # interleaved
             t_tq.append(timed([a.cli, "-q", "quantize", "-e", spec], env))
-            t_pt.append(timed([PY, "-c", QUANTIZE_JIT, model, calib, pt_art, a.engine, str(a.threads),
-                               str(a.batch)], env))
-        r = {"quantize_s": {"tao_quant": statistics.median(t_tq), "quantize_jit": statistics.median(t_pt)}}
-        r["quantize_s"]["ratio"] = r["quantize_s"]["tao_quant"] / r["quantize_s"]["quantize_jit"]
+            if jit_error is None:
+                try:
+                    t_pt.append(timed([PY, "-c", QUANTIZE_JIT, model, calib, pt_art, a.engine, str(a.threads),
+                                       str(a.batch)], env))
+                except RuntimeError as e:  # e.g. branching graphs: quantize_jit cannot observe them
+                    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+                    jit_error = next((ln.strip() for ln in lines if "RuntimeError" in ln or "Error" in ln),
+                                     lines[-1] if lines else "failed")
+        r = {"quantize_s": {"tao_quant": statistics.median(t_tq),
+                            "quantize_jit": statistics.median(t_pt) if t_pt else None}}
+        r["quantize_s"]["ratio"] = (r["quantize_s"]["tao_quant"] / r["quantize_s"]["quantize_jit"]
+                                    if t_pt else None)
+        if jit_error:
+            r["quantize_jit_error"] = jit_error
+        quants = [tq_art] + ([pt_art] if not jit_error else [])
         if test:
             r["top1"] = {"fp32": top1(model, test, env), "tao_quant": top1(tq_art, test, env),
-                         "quantize_jit": top1(pt_art, test, env)}
-        for bs in (1, 32):
+                         "quantize_jit": top1(pt_art, test, env) if not jit_error else None}
+        for bs in BATCHES:
             bshape = ",".join([str(bs)] + shape.split(",")[1:])
-            lat = latency(model, [tq_art, pt_art], bshape, env, a.threads)
+            lat = latency(model, quants, bshape, env, a.threads)
             r[f"latency_bs{bs}"] = lat
         results[name] = r
         t1 = r.get("top1", {})
@@ -145,19 +159,28 @@ def main():
             try:
                 return "%.2fx" % (1.0 / lat["models"][i + 1]["ratio_vs_fp32_median"])
             except (KeyError, IndexError, TypeError):
-                return "?"
-        rows.append([name, "%.2f" % r["quantize_s"]["tao_quant"], "%.2f" % r["quantize_s"]["quantize_jit"],
-                     "%.2f" % r["quantize_s"]["ratio"],
-                     "%.2f" % (100 * t1["fp32"]) if t1 else "-",
-                     "%.2f" % (100 * t1["tao_quant"]) if t1 else "-",
-                     "%.2f" % (100 * t1["quantize_jit"]) if t1 else "-",
-                     ratio(1, 0), ratio(32, 0), ratio(1, 1), ratio(32, 1)])
+                return "fails" if jit_error and i == 1 else "?"
+
+        def pct(v):
+            return "%.2f" % (100 * v) if v is not None else ("fails" if jit_error else "-")
+        qs = r["quantize_s"]
+        rows.append([name, "%.2f" % qs["tao_quant"],
+                     "%.2f" % qs["quantize_jit"] if qs["quantize_jit"] else "fails",
+                     "%.2f" % qs["ratio"] if qs["ratio"] else "-",
+                     pct(t1.get("fp32")) if t1 else "-", pct(t1.get("tao_quant")) if t1 else "-",
+                     pct(t1.get("quantize_jit")) if t1 else "-"] +
+                    [ratio(bs, 0) for bs in BATCHES] + [ratio(bs, 1) for bs in BATCHES])
         print(" | ".join(rows[-1]), file=sys.stderr)
-    head = ["model", "tao-quant s", "quantize_jit s", "time ratio", "fp32 top-1", "tao int8 top-1",
-            "jit int8 top-1", "tao speedup bs1", "tao speedup bs32", "jit speedup bs1", "jit speedup bs32"]
+    head = (["model", "tao-quant s", "quantize_jit s", "time ratio", "fp32 top-1", "tao int8 top-1",
+             "jit int8 top-1"] + ["tao speedup bs%d" % b for b in BATCHES] +
+            ["jit speedup bs%d" % b for b in BATCHES])
     md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     md += "".join("| " + " | ".join(r) + " |\n" for r in rows)
-    md += f"\nthreads {a.threads}, engine {a.engine}, medians of {a.repeats} interleaved runs; speedup = fp32/int8 latency.\n"
+    md += (f"\nthreads {a.threads}, engine {a.engine}, medians of {a.repeats} interleaved runs; "
+           "speedup = fp32/int8 latency.\n")
+    for name, r in results.items():
+        if r.get("quantize_jit_error"):
+            md += f"\nquantize_jit on {name} fails: `{r['quantize_jit_error']}`\n"
     print(md)
     if a.md:
         with open(a.md, "w") as f:

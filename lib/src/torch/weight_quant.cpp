@@ -73,10 +73,16 @@ LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight&
 
 namespace tq {
 
-void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {
-  // The backend's declared qparam constraints apply to the scales computed here.
+fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx, const torch::jit::Module& model,
+                                             const LayerPlan& lp) {
   const BackendInfo* backend = BackendRegistry::instance().find(ctx.resolved_backend);
-  const QParamConstraints cons = backend ? backend->caps.constraints : QParamConstraints{};
+  if (!backend || !constraints_active(backend->caps.constraints)) return quantize_layer_weight(model, lp);
+  std::vector<int64_t> shape;
+  auto values = read_weight(find_submodule(model, lp.info.name), &shape);
+  return quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights), backend->caps.constraints);
+}
+
+void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {
   for (const auto& lp : ctx.plan.layers) {
     auto layer = find_submodule(ctx.model, lp.info.name);
     auto w = layer.attr("weight").toTensor();
@@ -92,14 +98,8 @@ void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {
       ctx.add_layer_result(std::move(r));
       continue;
     }
-    fmt::QuantizedWeight q;
-    if (constraints_active(cons)) {
-      std::vector<int64_t> shape;
-      auto values = read_weight(layer, &shape);
-      q = quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights), cons);
-    } else {
-      q = quantize_layer_weight(ctx.model, lp);
-    }
+    // The backend's declared qparam constraints apply to the scales computed here.
+    fmt::QuantizedWeight q = quantize_planned_weight(ctx, ctx.model, lp);
     std::string note;
     size_t after = store(lp, q, note);
     auto r = weight_layer_result(lp, q, before, after);

@@ -76,7 +76,7 @@ ObserverTable::ObserverTable(QParamConstraints constraints) : constraints_(std::
 
 ObserverTable::~ObserverTable() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_active = previous_;
+  if (g_active == this) g_active = previous_;
 }
 
 ObserverTable* ObserverTable::active() { return g_active; }
@@ -178,12 +178,74 @@ void collect_labels(torch::jit::Block* b, const torch::jit::Module& owner, const
 
 }  // namespace
 
+namespace {
+
+// LibTorch's InsertObservers adds observer attributes to module types, and
+// registers observer instances only on the module instances it reaches
+// through the call graph. Another instance of a shared type (DenseNet's
+// _DenseLayer, reached through a ModuleDict loop) is left without a value
+// for them, and later passes fail on it. Give each such instance its own
+// copy of a sibling's observer.
+size_t complete_shared_observers(torch::jit::Module& root) {
+  std::map<const c10::ClassType*, std::map<size_t, torch::jit::Module>> donors;
+  std::vector<torch::jit::Module> all;
+  std::function<void(const torch::jit::Module&)> collect = [&](const torch::jit::Module& m) {
+    all.push_back(m);
+    const auto type = m.type();
+    const auto obj = m._ivalue();
+    for (size_t i = 0; i < type->numAttributes(); ++i) {
+      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module()) continue;
+      if (i >= obj->slots().size() || !obj->getSlot(i).isObject()) continue;
+      torch::jit::Module child(obj->getSlot(i).toObject());
+      if (is_observer_name(type->getAttributeName(i)))
+        donors[type.get()].emplace(i, child);
+      else
+        collect(child);
+    }
+  };
+  collect(root);
+  size_t filled = 0;
+  for (auto& m : all) {
+    const auto type = m.type();
+    const auto obj = m._ivalue();
+    for (size_t i = 0; i < type->numAttributes(); ++i) {
+      if (!is_observer_name(type->getAttributeName(i))) continue;
+      if (i < obj->slots().size() && obj->getSlot(i).isObject()) continue;
+      auto d = donors[type.get()].find(i);
+      if (d == donors[type.get()].end()) continue;
+      obj->setSlot(i, d->second.deepcopy()._ivalue());
+      ++filled;
+    }
+  }
+  return filled;
+}
+
+}  // namespace
+
 void ObserverTable::bind(torch::jit::Module& observed) {
+  if (size_t n = complete_shared_observers(observed))
+    spdlog::debug("{} observer(s) copied to module instances that share a type", n);
   std::function<void(torch::jit::Module&, const std::string&)> walk = [&](torch::jit::Module& m,
                                                                            const std::string& prefix) {
     std::map<std::string, std::string> labels;
     for (const auto& method : m.get_methods()) collect_labels(method.graph()->block(), m, prefix, labels);
-    for (const auto& child : m.named_children()) {
+    // Module attributes by slot: LibTorch's InsertObservers adds observer
+    // attributes to a module type shared by several instances, and an
+    // instance it never visited (one that forward does not call) has no
+    // value for them; named_children() would read past its slots.
+    const auto type = m.type();
+    const auto obj = m._ivalue();
+    for (size_t i = 0; i < type->numAttributes(); ++i) {
+      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module()) continue;
+      const std::string name = type->getAttributeName(i);
+      if (i >= obj->slots().size() || !obj->getSlot(i).isObject()) {
+        spdlog::debug("{}: module attribute '{}' has no value (not called by forward)", prefix, name);
+        continue;
+      }
+      struct {
+        std::string name;
+        torch::jit::Module value;
+      } child{name, torch::jit::Module(obj->getSlot(i).toObject())};
       torch::jit::Module c = child.value;
       if (!is_observer_name(child.name)) {
         walk(c, join_path(prefix, child.name));
