@@ -360,7 +360,7 @@ void StaticPtq::convert(QuantizeContext& ctx) {
         ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float");
         for (const auto& lp : ctx.plan.layers)
           if (!s.reasons.count(lp.info.name)) s.reasons[lp.info.name] = why;
-        q = s.folded;  // the specialized, BN-folded float model
+        q = ctx.model.clone();  // the original float model: its fused inference paths intact
       }
     }
   }

@@ -88,12 +88,13 @@ def top1(model, data, env):
     return json.loads(r.stdout.strip().splitlines()[-1])["top1"]
 
 
-def latency(fp32, quants, shape, env, threads):
+def latency(fp32, quants, shape, env, threads, iters=50, repeats=5):
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     subprocess.run([PY, "scripts/bench/weight_only_latency.py", "--fp32", fp32] +
                    sum([["--quant", q] for q in quants], []) +
-                   ["--input-shape", shape, "--threads", str(threads), "--iters", "50", "--repeats", "5",
+                   ["--input-shape", shape, "--threads", str(threads), "--iters", str(iters), "--repeats", str(repeats),
+                    "--warmup", "3", "--block", str(min(10, iters)),
                     "--json", path], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     with open(path) as f:
         return json.load(f)
@@ -107,9 +108,14 @@ def main():
     ap.add_argument("--engine", default="onednn")
     ap.add_argument("--batch", type=int, default=64, help="calibration batch size")
     ap.add_argument("--cli", default=os.path.join(ROOT, "build/bin/tao-quant"))
+    ap.add_argument("--iters", type=int, default=50, help="latency calls per model and repeat")
+    ap.add_argument("--lat-repeats", type=int, default=5, help="latency repeats")
+    ap.add_argument("--batches", default="1,8,32", help="latency batch sizes")
     ap.add_argument("--md")
     ap.add_argument("--json")
     a = ap.parse_args()
+    global BATCHES
+    BATCHES = tuple(int(b) for b in a.batches.split(","))
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), TQ_NUM_THREADS=str(a.threads))
     rows, results = [], {}
     tmp = tempfile.mkdtemp(prefix="tq_bench_")
@@ -149,7 +155,7 @@ def main():
                          "quantize_jit": top1(pt_art, test, env) if not jit_error else None}
         for bs in BATCHES:
             bshape = ",".join([str(bs)] + shape.split(",")[1:])
-            lat = latency(model, quants, bshape, env, a.threads)
+            lat = latency(model, quants, bshape, env, a.threads, a.iters, a.lat_repeats)
             r[f"latency_bs{bs}"] = lat
         results[name] = r
         t1 = r.get("top1", {})

@@ -135,21 +135,30 @@ fmnist_model() {
   did_something=1
 }
 
+# A model made by a generator script is cached together with a stamp (the
+# generator's hash in MODEL.gen): when the script changes, the model is made
+# again.
+gen_stamp() { cat "$@" | sha256sum | cut -c1-16; }
+is_current() { [[ -e "$1" && -e "$1.gen" && "$(cat "$1.gen")" == "$2" ]]; }
+
 tv_models() {
   local d="${OUTDIR}/tv" npz="imagenet_rand_n8_224.npz"
+  local stamp
+  stamp="$(gen_stamp "${SCRIPT_DIR}/make_torchvision.py")"
   mkdir -p "${d}"
-  if [[ -e "${d}/resnet18.pt" && -e "${d}/${npz}" ]]; then
+  if is_current "${d}/resnet18.pt" "${stamp}" && [[ -e "${d}/${npz}" ]]; then
     log "tv/resnet18.pt and tv/${npz} present (cached)"
     return 0
   fi
   lock tv
-  if [[ -e "${d}/resnet18.pt" ]]; then
+  if is_current "${d}/resnet18.pt" "${stamp}"; then
     log "tv/resnet18.pt present (cached)"
   else
     prepare
     log "exporting torchvision resnet18 (random weights) ..."
     "${PY}" "${SCRIPT_DIR}/make_torchvision.py" --arch resnet18 --out "${TMP}/resnet18.pt"
     install_artifact "${TMP}/resnet18.pt" "${d}/resnet18.pt"
+    echo "${stamp}" > "${d}/resnet18.pt.gen"
     did_something=1
   fi
   if [[ -e "${d}/${npz}" ]]; then
@@ -165,7 +174,9 @@ tv_models() {
 
 tiny_models() {
   local d="${OUTDIR}/tiny"
-  if [[ -e "${d}/encoder.pt" && -e "${d}/effnet_b0.pt" && -e "${d}/effnet_x.npz" ]]; then
+  local stamp
+  stamp="$(gen_stamp "${SCRIPT_DIR}/make_tiny_models.py" "${SCRIPT_DIR}/make_torchvision.py")"
+  if [[ -e "${d}/encoder.pt" && -e "${d}/effnet_x.npz" ]] && is_current "${d}/effnet_b0.pt" "${stamp}"; then
     log "tiny models present (cached)"
     return 0
   fi
@@ -177,6 +188,7 @@ tiny_models() {
   for f in encoder_x.npz encoder.pt effnet_x.npz effnet_b0.pt; do
     install_artifact "${TMP}/tiny/${f}" "${d}/${f}"
   done
+  echo "${stamp}" > "${d}/effnet_b0.pt.gen"
   unlock
   did_something=1
 }

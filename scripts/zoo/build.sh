@@ -56,17 +56,22 @@ if [[ ${want_fmnist} -eq 1 ]]; then parts+=(fmnist extra); fi
 if [[ ${want_tv} -eq 1 ]]; then parts+=(tv); fi
 bash "${MODELS}/make_test_models.sh" "${OUTDIR}" "${parts[@]}"
 
+# A model is current when its stamp (MODEL.gen) is the generator's hash:
+# changing make_torchvision.py remakes the models.
+stamp="$(sha256sum < "${MODELS}/make_torchvision.py" | cut -c1-16)"
+is_current() { [[ -e "$1" && -e "$1.gen" && "$(cat "$1.gen")" == "${stamp}" ]]; }
+
 if [[ ${want_tv} -eq 1 ]]; then
   for arch in "${TV_ARCHS[@]}"; do
     out="${OUTDIR}/tv/${arch}.pt"
-    if [[ -e "${out}" ]]; then
+    if is_current "${out}"; then
       log "tv/${arch}.pt present (cached)"
       continue
     fi
     # One lock per model: a concurrent run waits, then finds it cached.
     exec 9>"${OUTDIR}/.lock-zoo-${arch}"
     flock 9
-    if [[ -e "${out}" ]]; then
+    if is_current "${out}"; then
       log "tv/${arch}.pt present (made by a concurrent run)"
     else
       if [[ ! -x "${PY}" ]] || ! "${PY}" -c 'import torch, torchvision' 2>/dev/null; then
@@ -77,6 +82,7 @@ if [[ ${want_tv} -eq 1 ]]; then
       t0=${SECONDS}
       # make_torchvision.py writes through a temporary file and a rename.
       "${PY}" "${MODELS}/make_torchvision.py" --arch "${arch}" --out "${out}"
+      echo "${stamp}" > "${out}.gen"
       log "tv/${arch}.pt took $((SECONDS - t0))s"
     fi
     exec 9>&-
