@@ -95,7 +95,7 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
   ctx.backend_meta["specialized_branches"] = {{"removed", removed}, {"kept", kept}};
   s.work = s.work.clone();  // specialization ran the model: start from a fresh plan
   auto g = s.work.get_method("forward").graph();
-  torch::jit::Inline(*g);
+  inline_everything(*g);
 
   s.table = std::make_unique<ObserverTable>();
   std::map<std::string, const LayerPlan*> plan;
@@ -125,6 +125,7 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
 
   // All batches but the last observe; the last is held out for fidelity.
   torch::NoGradGuard no_grad;
+  NoGraphOptimization no_opt;
   auto run = [&](const std::vector<at::Tensor>& in) {
     std::vector<c10::IValue> iv(in.begin(), in.end());
     s.work.forward(iv);
@@ -209,6 +210,7 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
   // (float layer on its float input vs fake-quant layer on its fake-quant input).
   const auto fq_inputs = capture_layer_inputs(result, s.holdout);
   torch::NoGradGuard ng;
+  NoGraphOptimization no_opt;
   {
     std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
     auto ref = ctx.model.forward(in), out = result.forward(in);

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "latency.h"
 #include "taoquant/calibration.h"
 #include "taoquant/data.h"
@@ -185,8 +187,11 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
                        "skip_names, or use mode weight_only_ptq / dynamic_ptq)");
   }
   table.bind(s.observed);
+  spdlog::debug("static_ptq: {} observers inserted", table.slots().size());
+  const auto t_run = std::chrono::steady_clock::now();
 
   torch::NoGradGuard no_grad;
+  NoGraphOptimization no_opt;
   auto run = [&](const std::vector<at::Tensor>& in) {
     std::vector<c10::IValue> iv(in.begin(), in.end());
     s.observed.forward(iv);
@@ -216,6 +221,8 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     }
     s.holdout = prev;
   }
+  spdlog::debug("static_ptq: {} calibration batches {:.3f} s", s.batches,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count());
 }
 
 }  // namespace
@@ -225,20 +232,29 @@ void StaticPtq::calibrate(QuantizeContext& ctx, DataLoader& loader) {
   auto& s = *s_;
   s.loader = &loader;
   auto t0 = std::chrono::steady_clock::now();
+  auto step = [t = t0](const char* what) mutable {
+    auto now = std::chrono::steady_clock::now();
+    spdlog::debug("static_ptq: {} {:.3f} s", what, std::chrono::duration<double>(now - t).count());
+    t = now;
+  };
   ctx.backend_meta["engine"] = select_engine(ctx);
 
   loader.reset();
   Batch first;
   if (!loader.next(first)) throw RuntimeError("calibration data is empty: " + loader.describe());
   check_input_fits(ctx.model, first, "calibration data");
+  step("first batch and input check");
 
   Module work = ctx.model.clone();
   work.eval();
   s.folded = torch::jit::FoldConvBatchNorm(work);
+  step("BatchNorm folding");
   auto [removed, kept] = specialize_branches(s.folded, slice_batch(first.inputs, 2));
   ctx.backend_meta["specialized_branches"] = {{"removed", removed}, {"kept", kept}};
+  step("branch specialization");
 
   observe_and_run(ctx, s);
+  step("observers and calibration batches");
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ctx.calibration = {{"samples", s.samples},
                      {"batches", s.batches},
@@ -285,9 +301,96 @@ void dequantize_tuple_elements(torch::jit::Block* b, torch::jit::Graph& g) {
   }
 }
 
-Module convert_observed(Module& observed) {
-  Module q = torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false,
-                                            QuantType::STATIC);
+// Module instances whose objects lack attributes that their (shared) type
+// declares: LibTorch's InsertQuantDeQuant converts a module type once, for
+// the instances it reaches first, and gives only those the new attributes
+// (scales, packed weights). When whole parent modules share a type (e.g.
+// two identical DenseNet blocks), the others are left incomplete, and
+// Finalize would crash on them.
+// Module paths that the (inlined) forward graph reads.
+std::set<std::string> used_module_paths(const Module& m) {
+  using namespace torch::jit;
+  auto g = m.get_method("forward").graph()->copy();
+  inline_everything(*g);
+  std::set<std::string> out;
+  std::function<void(Block*)> walk = [&](Block* b) {
+    for (Node* n : b->nodes()) {
+      for (Block* sub : n->blocks()) walk(sub);
+      if (n->kind() != prim::GetAttr || !n->output()->type()->cast<c10::ClassType>()) continue;
+      std::string path;
+      Value* v = n->output();
+      while (v->node()->kind() == prim::GetAttr) {
+        const std::string& name = v->node()->s(attr::name);
+        path = path.empty() ? name : name + "." + path;
+        v = v->node()->input(0);
+      }
+      out.insert(path);
+    }
+  };
+  walk(g->block());
+  return out;
+}
+
+// Instances whose objects lack attributes their type declares. Unused ones
+// (a BatchNorm folded away) get a sibling's values, so that later passes can
+// copy them; used ones are returned: they would run without their qparams.
+void complete_or_find_incomplete(Module& root, const std::set<std::string>& used, std::vector<std::string>& out) {
+  struct Inst {
+    Module m;
+    std::string path;
+  };
+  std::vector<Inst> all;
+  std::function<void(const Module&, const std::string&)> collect = [&](const Module& m, const std::string& path) {
+    all.push_back({m, path});
+    const auto type = m.type();
+    const auto obj = m._ivalue();
+    for (size_t i = 0; i < type->numAttributes() && i < obj->slots().size(); ++i) {
+      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module()) continue;
+      if (!obj->getSlot(i).isObject()) continue;
+      const std::string name = type->getAttributeName(i);
+      collect(Module(obj->getSlot(i).toObject()), path.empty() ? name : path + "." + name);
+    }
+  };
+  collect(root, "");
+  std::map<std::pair<const c10::ClassType*, size_t>, c10::IValue> donors;
+  for (const auto& inst : all) {
+    const auto obj = inst.m._ivalue();
+    for (size_t i = 0; i < obj->slots().size(); ++i)
+      donors.emplace(std::make_pair(inst.m.type().get(), i), obj->getSlot(i));
+  }
+  for (auto& inst : all) {
+    const auto type = inst.m.type();
+    const auto obj = inst.m._ivalue();
+    if (obj->slots().size() >= type->numAttributes()) continue;
+    spdlog::debug("{}: {} of {} attributes have values", inst.path.empty() ? "<model>" : inst.path,
+                  obj->slots().size(), type->numAttributes());
+    if (inst.path.empty() || used.count(inst.path)) {
+      out.push_back(inst.path.empty() ? "<model>" : inst.path);
+      continue;
+    }
+    for (size_t i = obj->slots().size(); i < type->numAttributes(); ++i) {
+      auto d = donors.find({type.get(), i});
+      obj->setSlot(i, d != donors.end() ? d->second : c10::IValue());
+    }
+  }
+}
+
+// InsertQuantDeQuant's output -> the final int8 module: completes or
+// refuses instances it left without values, fixes tuple dequantization,
+// then Finalize (fusion into quantized ops, packing, freezing).
+Module finish_quantized(Module q, QuantType qt) {
+  std::vector<std::string> incomplete;
+  complete_or_find_incomplete(q, used_module_paths(q), incomplete);
+  if (!incomplete.empty()) {
+    std::string list;
+    for (size_t i = 0; i < incomplete.size() && i < 4; ++i) list += (i ? ", " : "") + incomplete[i];
+    if (incomplete.size() > 4) list += ", ... (" + std::to_string(incomplete.size()) + " in all)";
+    throw RuntimeError(
+        std::string(qt == QuantType::STATIC ? "static_ptq" : "dynamic_ptq") +
+        ": unsupported pattern: module instances that forward calls share a TorchScript type with another "
+        "instance, and LibTorch's InsertQuantDeQuant left them without their quantization parameters: " +
+        list + ". Keep them float with skip_names, or use mode weight_only_ptq or backend fakequant");
+  }
   std::function<void(Module&)> fix = [&](Module& m) {
     for (const auto& method : m.get_methods()) {
       auto g = method.graph();
@@ -296,11 +399,17 @@ Module convert_observed(Module& observed) {
     for (auto child : m.children()) fix(child);
   };
   fix(q);
-  q = torch::jit::Finalize(q, QuantType::STATIC, {});
+  q = torch::jit::Finalize(q, qt, {});
   auto g = q.get_method("forward").graph();
   torch::jit::ConstantPropagation(g);
   torch::jit::EliminateDeadCode(g);
   return q;
+}
+
+Module convert_observed(Module& observed) {
+  return finish_quantized(torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false,
+                                                         QuantType::STATIC),
+                          QuantType::STATIC);
 }
 
 const ObserverSlot* find_slot(const ObserverTable& t, const std::string& label) {
@@ -369,6 +478,7 @@ void StaticPtq::convert(QuantizeContext& ctx) {
   // Fidelity of the whole model on the held-out batch.
   {
     torch::NoGradGuard ng;
+    NoGraphOptimization no_opt;
     std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
     auto ref = ctx.model.forward(in), out = q.forward(in);
     if (ref.isTensor() && out.isTensor())
@@ -379,6 +489,8 @@ void StaticPtq::convert(QuantizeContext& ctx) {
   // the held-out batch for a per-layer output SQNR.
   const auto input_observers = layer_input_observers(s.observed);
   const auto layer_inputs = capture_layer_inputs(s.folded, s.holdout);
+  for (const auto& [layer, obs] : input_observers) spdlog::debug("input of {}: observer {}", layer, obs);
+  spdlog::debug("{} layer inputs captured", layer_inputs.size());
   for (const auto& lp : ctx.plan.layers) {
     LayerResult r;
     r.name = lp.info.name;
@@ -419,6 +531,7 @@ void StaticPtq::convert(QuantizeContext& ctx) {
         if (xi != layer_inputs.end()) {
           // Output SQNR of this layer alone, float vs int8-simulated, on the held-out batch.
           torch::NoGradGuard ng;
+          NoGraphOptimization no_opt;
           const at::Tensor& x = xi->second;
           auto ref = layer.forward({x}).toTensor();
           auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
@@ -485,11 +598,8 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
     else
       table.observe(slot->id, torch::tensor({0.0f, 1.0f}));
   }
-  Module q = torch::jit::InsertQuantDeQuant(observed, "forward", false, false, QuantType::DYNAMIC);
-  q = torch::jit::Finalize(q, QuantType::DYNAMIC, {});
-  auto g = q.get_method("forward").graph();
-  torch::jit::ConstantPropagation(g);
-  torch::jit::EliminateDeadCode(g);
+  Module q = finish_quantized(torch::jit::InsertQuantDeQuant(observed, "forward", false, false, QuantType::DYNAMIC),
+                              QuantType::DYNAMIC);
 
   for (const auto& lp : ctx.plan.layers) {
     LayerResult r;

@@ -47,6 +47,9 @@ BENCH_BUILD="${BUILD_DIR}/bench"
 cmake -S "${SCRIPT_DIR}" -B "${BENCH_BUILD}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "${BENCH_BUILD}" tq_bench_bare_loop >/dev/null
 BARE="${BENCH_BUILD}/tq_bench_bare_loop"
+# tao-quant keeps large blocks in the process (mallopt in apps/tao-quant/main.cpp);
+# give the bare loop the same allocator settings, so only the loops differ.
+export MALLOC_MMAP_THRESHOLD_=$((256 << 20)) MALLOC_TRIM_THRESHOLD_=$((512 << 20))
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT

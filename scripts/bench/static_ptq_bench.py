@@ -116,7 +116,11 @@ def main():
     a = ap.parse_args()
     global BATCHES
     BATCHES = tuple(int(b) for b in a.batches.split(","))
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), TQ_NUM_THREADS=str(a.threads))
+    # The same allocator settings for every process compared: by default glibc
+    # returns large blocks to the OS on each free, and the float models then
+    # page-fault their buffers on every call (3-4x slower at batch 32).
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), TQ_NUM_THREADS=str(a.threads),
+               MALLOC_MMAP_THRESHOLD_=str(256 << 20), MALLOC_TRIM_THRESHOLD_=str(512 << 20))
     rows, results = [], {}
     tmp = tempfile.mkdtemp(prefix="tq_bench_")
     for name in a.models.split(","):

@@ -20,6 +20,11 @@ agreement on the bench input.  Use --threads 1 and a quiet machine for
 numbers you quote; comparing a model with itself shows the noise floor.
 
 Prints a markdown table; --json FILE writes the numbers as JSON.
+
+Run it with MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=536870912
+in the environment (static_ptq_bench.py does): with glibc's defaults, large
+blocks go back to the OS on every free, and a float model then page-faults its
+buffers on each call, more or less depending on what else ran in the process.
 """
 
 import argparse

@@ -176,7 +176,8 @@ tiny_models() {
   local d="${OUTDIR}/tiny"
   local stamp
   stamp="$(gen_stamp "${SCRIPT_DIR}/make_tiny_models.py" "${SCRIPT_DIR}/make_torchvision.py")"
-  if [[ -e "${d}/encoder.pt" && -e "${d}/effnet_x.npz" ]] && is_current "${d}/effnet_b0.pt" "${stamp}"; then
+  if [[ -e "${d}/encoder.pt" && -e "${d}/effnet_x.npz" && -e "${d}/densenet_x.npz" ]] &&
+     is_current "${d}/effnet_b0.pt" "${stamp}" && [[ -e "${d}/densenet_tiny.pt" && -e "${d}/densenet_shared.pt" ]]; then
     log "tiny models present (cached)"
     return 0
   fi
@@ -185,7 +186,7 @@ tiny_models() {
   log "writing tiny random-weight models (transformer encoder, efficientnet_b0) ..."
   "${PY}" "${SCRIPT_DIR}/make_tiny_models.py" "${TMP}/tiny"
   mkdir -p "${d}"
-  for f in encoder_x.npz encoder.pt effnet_x.npz effnet_b0.pt; do
+  for f in encoder_x.npz encoder.pt effnet_x.npz effnet_b0.pt densenet_x.npz densenet_tiny.pt densenet_shared.pt; do
     install_artifact "${TMP}/tiny/${f}" "${d}/${f}"
   done
   echo "${stamp}" > "${d}/effnet_b0.pt.gen"

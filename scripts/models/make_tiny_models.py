@@ -7,6 +7,11 @@
   OUTDIR/effnet_b0.pt    torchvision efficientnet_b0 (random weights, BatchNorm statistics
                          set from random inputs so activations keep their scale)
   OUTDIR/effnet_x.npz    x float32 [32, 3, 64, 64]
+  OUTDIR/densenet_tiny.pt  torchvision DenseNet (growth 8, blocks (2, 3)): _DenseLayer
+                         instances share one TorchScript type and are called through
+                         a ModuleDict loop (LibTorch's InsertObservers misses some)
+  OUTDIR/densenet_shared.pt  the same with blocks (2, 2): the two blocks share a type too
+  OUTDIR/densenet_x.npz  x float32 [16, 3, 32, 32]
 Deterministic (seed 0). Writes temp files and renames them.
 """
 import os
@@ -56,6 +61,12 @@ def main():
     save_script(recalibrate_bn(torchvision.models.efficientnet_b0(weights=None), size=64),
                 os.path.join(out, "effnet_b0.pt"))
     save_npz(os.path.join(out, "effnet_x.npz"), g.standard_normal((32, 3, 64, 64)).astype(np.float32))
+    torch.manual_seed(0)
+    for name, blocks in (("densenet_tiny.pt", (2, 3)), ("densenet_shared.pt", (2, 2))):
+        torch.manual_seed(0)
+        dense = torchvision.models.DenseNet(growth_rate=8, block_config=blocks, num_init_features=16, num_classes=10)
+        save_script(recalibrate_bn(dense, size=32), os.path.join(out, name))
+    save_npz(os.path.join(out, "densenet_x.npz"), g.standard_normal((16, 3, 32, 32)).astype(np.float32))
     print("wrote", out)
 
 

@@ -260,12 +260,13 @@ TEST_CASE("fakequant static int8 on a TransformerEncoder: every Linear gets its 
   CHECK(count_nodes(q, "aten::fake_quantize_per_tensor_affine") == 8);
 }
 
-TEST_CASE("static int8 specializes branching graphs: TransformerEncoder and EfficientNet", "[e2e][static][branches]") {
+TEST_CASE("static int8 specializes branching graphs: TransformerEncoder, EfficientNet, DenseNet", "[e2e][static][branches]") {
   struct Case {
     const char* model;
     const char* data;
   };
-  for (Case c : {Case{"encoder.pt", "encoder_x.npz"}, Case{"effnet_b0.pt", "effnet_x.npz"}}) {
+  for (Case c : {Case{"encoder.pt", "encoder_x.npz"}, Case{"effnet_b0.pt", "effnet_x.npz"},
+                 Case{"densenet_tiny.pt", "densenet_x.npz"}, Case{"densenet_shared.pt", "densenet_x.npz"}}) {
     DYNAMIC_SECTION(c.model) {
       auto dir = tmpdir(std::string("br_") + c.model);
       auto out = quantize("results_dir: " + dir +

@@ -87,6 +87,9 @@ QParams apply_constraints(const QParams& q, const QParamConstraints& c);
 // quantization (pooling, flatten, reshape, relu, ...).
 std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed);
 
+// Inlines every method and function call of a graph, however deep.
+void inline_everything(torch::jit::Graph& g);
+
 // The conv/linear ops of a graph (inline it first) with the module path of
 // the layer each one belongs to (first call of each layer only), in graph order.
 struct LayerSite {
@@ -99,6 +102,21 @@ std::vector<LayerSite> layer_sites(torch::jit::Graph& g);
 // layer (first call), by module path. The model itself is not modified.
 std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
                                                        const std::vector<at::Tensor>& inputs);
+
+// While alive, TorchScript runs without the graph executor's optimizing
+// passes (profiling, specialization, fusion). Calibration runs each graph a
+// handful of times, so that compile time would dominate; the outputs are the
+// same. Latency measurements must not use it.
+class NoGraphOptimization {
+ public:
+  NoGraphOptimization();
+  ~NoGraphOptimization();
+  NoGraphOptimization(const NoGraphOptimization&) = delete;
+  NoGraphOptimization& operator=(const NoGraphOptimization&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // Specializes a module for inference on inputs like `sample`: function calls
 // are inlined into the methods, the model runs once with branch recording

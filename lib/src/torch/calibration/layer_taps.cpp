@@ -2,10 +2,13 @@
 // input tensor of each layer on a given batch. Both work on an inlined copy of
 // the forward graph, where each conv/linear call is an aten op whose weight is
 // read through a chain of prim::GetAttr nodes that spells the layer's path.
+#include <spdlog/spdlog.h>
+
 #include <mutex>
 #include <set>
 
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/script.h>
 
 #include "taoquant/calibration.h"
@@ -101,17 +104,39 @@ void for_each_layer_op(Block* b, F&& f) {
   }
 }
 
+bool has_calls(Block* b) {
+  for (Node* n : b->nodes()) {
+    if (n->kind() == prim::CallMethod || n->kind() == prim::CallFunction) return true;
+    for (Block* sub : n->blocks())
+      if (has_calls(sub)) return true;
+  }
+  return false;
+}
+
 std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) {
   auto g = m.get_method("forward").graph()->copy();
-  torch::jit::Inline(*g);
+  inline_everything(*g);
   return g;
 }
 
 }  // namespace
 
+void inline_everything(torch::jit::Graph& g) {
+  // torch::jit::Inline inlines each callee's cached "optimized" graph, which
+  // is itself inlined only when the executor's optimizations were on when it
+  // was made: repeat until no call is left.
+  for (int round = 0; round < 64 && has_calls(g.block()); ++round) torch::jit::Inline(g);
+}
+
+NoGraphOptimization::NoGraphOptimization() : previous_(torch::jit::getGraphExecutorOptimize()) {
+  torch::jit::setGraphExecutorOptimize(false);
+}
+NoGraphOptimization::~NoGraphOptimization() { torch::jit::setGraphExecutorOptimize(previous_); }
+
 std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed) {
   std::map<std::string, std::string> out;
   auto g = inlined_forward(observed);
+  spdlog::trace("layer_input_observers: inlined graph\n{}", g->toString());
   for_each_layer_op(g->block(), [&](Node* n, const std::string& layer) {
     if (out.count(layer)) return;  // a layer called twice: its first call
     if (auto obs = observer_of(n->input(0))) out[layer] = *obs;
@@ -133,7 +158,7 @@ std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module&
   // A private copy whose forward is inlined, with a tap before each layer.
   torch::jit::Module m = model.clone();
   auto g = m.get_method("forward").graph();
-  torch::jit::Inline(*g);
+  inline_everything(*g);
   std::vector<std::string> names;
   for (const LayerSite& site : layer_sites(*g)) {
     Node* n = site.op;
@@ -153,6 +178,7 @@ std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module&
   }
   try {
     torch::NoGradGuard no_grad;
+    NoGraphOptimization no_opt;
     std::vector<c10::IValue> in(inputs.begin(), inputs.end());
     m.forward(in);
   } catch (...) {

@@ -117,6 +117,7 @@ std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model, const s
     // Grad enabled: inference fast paths (fused attention/encoder kernels)
     // check for it and are skipped, so the Linear modules stay visible.
     torch::AutoGradMode grad(true);
+    NoGraphOptimization no_opt;
     std::vector<c10::IValue> inputs(sample.begin(), sample.end());
     model.forward(inputs);
   } catch (...) {
