@@ -3,8 +3,8 @@
 
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "cli.h"
 #include "taoquant/backend.h"
@@ -14,12 +14,17 @@
 
 namespace tqcli {
 
-bool stdout_is_tty() { return ::isatty(STDOUT_FILENO) == 1; }
-bool stderr_is_tty() { return ::isatty(STDERR_FILENO) == 1; }
+bool stdout_is_tty() {
+  return ::isatty(STDOUT_FILENO) == 1;
+}
+bool stderr_is_tty() {
+  return ::isatty(STDERR_FILENO) == 1;
+}
 
 void add_spec_options(CLI::App& app, Options& o) {
   app.add_option("-e,--experiment_spec,--spec", o.spec, "Experiment spec (TAO YAML)")->required();
-  app.add_option("overrides", o.overrides, "key.path=value overrides, e.g. quantize.mode=static_ptq")
+  app.add_option("overrides", o.overrides,
+                 "key.path=value overrides, e.g. quantize.mode=static_ptq")
       ->type_name("KEY=VALUE");
 }
 
@@ -42,8 +47,8 @@ int run_quantize(Options& o) {
   size_t width = 0;
   qo.on_plan = [&](const tq::Plan& plan) {
     for (const auto& l : plan.layers) width = std::max(width, l.info.name.size());
-    spdlog::info("model {}: {} quantizable layers, {} planned for quantization", spec.quantize.model_path,
-                 plan.layers.size(), plan.num_quantized());
+    spdlog::info("model {}: {} quantizable layers, {} planned for quantization",
+                 spec.quantize.model_path, plan.layers.size(), plan.num_quantized());
   };
   qo.on_layer = [&](const tq::LayerResult& r, size_t i, size_t total) {
     if (!o.quiet && !o.json) std::cout << tq::format_layer_line(r, i, total, width) << std::endl;
@@ -63,7 +68,8 @@ int run_inspect(Options& o) {
     std::cout << out.to_json().dump(2) << "\n";
   else {
     std::cout << "backend " << out.backend.requested;
-    if (out.backend.requested != out.backend.info->name) std::cout << " (" << out.backend.info->name << ")";
+    if (out.backend.requested != out.backend.info->name)
+      std::cout << " (" << out.backend.info->name << ")";
     std::cout << ", model " << out.model_path << "\n\n" << tq::format_plan_table(out.plan);
   }
   return 0;
@@ -100,7 +106,8 @@ int run_backends(Options& o) {
                     join(j["weight_dtypes"].get<std::vector<std::string>>()),
                     join(j["activation_dtypes"].get<std::vector<std::string>>()), b->origin});
   }
-  std::cout << tq::format_table({"backend", "aliases", "modes", "weight dtypes", "activation dtypes", "origin"}, rows);
+  std::cout << tq::format_table(
+      {"backend", "aliases", "modes", "weight dtypes", "activation dtypes", "origin"}, rows);
   return 0;
 }
 
@@ -108,29 +115,33 @@ int run_backends(Options& o) {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
-      {"quantize", "Quantize a model as the spec's quantize: section says; write the artifact and report",
+      {"quantize",
+       "Quantize a model as the spec's quantize: section says; write the artifact and report",
        [](CLI::App& app, Options& o) {
          add_spec_options(app, o);
          app.add_flag("--dry-run", o.dry_run, "Plan only: print the per-layer plan, write nothing");
          app.add_flag("--json", o.json, "Print the report (or plan) as JSON on stdout");
        },
        run_quantize},
-      {"inspect", "Print the per-layer plan (which layer gets which format, and why); quantize nothing",
+      {"inspect",
+       "Print the per-layer plan (which layer gets which format, and why); quantize nothing",
        [](CLI::App& app, Options& o) {
          add_spec_options(app, o);
          app.add_flag("--json", o.json, "Print the plan as JSON");
        },
        run_inspect},
       {"evaluate",
-       "Evaluate a float or quantized model on the test data: accuracy, fidelity vs float, latency, quality "
+       "Evaluate a float or quantized model on the test data: accuracy, fidelity vs float, "
+       "latency, quality "
        "gates (exit 3 on failure)",
        setup_evaluate, run_evaluate},
       {"backends", "List the registered backends, their aliases, modes, dtypes and origin",
-       [](CLI::App& app, Options& o) { app.add_flag("--json", o.json, "Print as JSON"); }, run_backends},
+       [](CLI::App& app, Options& o) { app.add_flag("--json", o.json, "Print as JSON"); },
+       run_backends},
       {"batch", "Run many quantize (+ evaluate) jobs from a manifest, each in its own process",
        setup_batch, run_batch},
-      {"report", "Work with batch summaries: report merge combines shard summaries",
-       setup_report, run_report},
+      {"report", "Work with batch summaries: report merge combines shard summaries", setup_report,
+       run_report},
   };
   return table;
 }

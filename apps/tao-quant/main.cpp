@@ -7,9 +7,9 @@
 #include <iostream>
 
 #include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "cli.h"
 #include "taoquant/error.h"
@@ -60,11 +60,13 @@ int main(int argc, char** argv) {
   if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 256 << 20);
   if (!std::getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, 512 << 20);
   tqcli::Options opts;
-  CLI::App app{"tao-quant: native quantization for PyTorch (TorchScript) models, driven by TAO specs"};
+  CLI::App app{
+      "tao-quant: native quantization for PyTorch (TorchScript) models, driven by TAO specs"};
   app.footer(kExitCodes);
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tao-quant ") + TQ_VERSION);
-  app.add_flag("-v,--verbose", opts.verbosity, "More detail (repeat for trace); full LibTorch errors");
+  app.add_flag("-v,--verbose", opts.verbosity,
+               "More detail (repeat for trace); full LibTorch errors");
   app.add_flag("-q,--quiet", opts.quiet, "Only warnings, errors and the final summary");
   app.add_option("--log-level", opts.log_level, "trace, debug, info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));

@@ -14,21 +14,25 @@ namespace {
 
 class FakeQuantBackend : public QuantizerBase, public Calibratable {
  public:
-  void calibrate(QuantizeContext& ctx, DataLoader& loader) override { static_.calibrate(ctx, loader); }
+  void calibrate(QuantizeContext& ctx, DataLoader& loader) override {
+    static_.calibrate(ctx, loader);
+  }
 
   void quantize(QuantizeContext& ctx) override {
     if (ctx.spec.quantize.mode == Mode::kStatic) {
       ctx.backend_meta["storage"] =
-          "float weights rounded to the quantization grid; quantize->dequantize of layer inputs in the graph";
+          "float weights rounded to the quantization grid; quantize->dequantize of layer inputs in "
+          "the graph";
       return static_.convert(ctx);
     }
     ctx.backend_meta["storage"] = "float weights rounded to the quantization grid";
-    quantize_weights(ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string&) -> size_t {
-      auto layer = find_submodule(ctx.model, lp.info.name);
-      set_weight_values(layer, q.dequant);
-      auto w = layer.attr("weight").toTensor();
-      return static_cast<size_t>(w.numel()) * w.element_size();
-    });
+    quantize_weights(
+        ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string&) -> size_t {
+          auto layer = find_submodule(ctx.model, lp.info.name);
+          set_weight_values(layer, q.dequant);
+          auto w = layer.attr("weight").toTensor();
+          return static_cast<size_t>(w.numel()) * w.element_size();
+        });
   }
 
  private:
@@ -38,15 +42,19 @@ class FakeQuantBackend : public QuantizerBase, public Calibratable {
 BackendInfo info() {
   BackendInfo b;
   b.name = "fakequant";
-  b.description = "float artifacts with quantize->dequantize values, for accuracy simulation of any format";
+  b.description =
+      "float artifacts with quantize->dequantize values, for accuracy simulation of any format";
   b.aliases = {{"modelopt", {}, "ModelOpt-style fake quantization"},
                {"modelopt.pytorch", {}, "ModelOpt-style fake quantization"}};
   b.caps.modes = {Mode::kWeightOnly, Mode::kStatic};
-  b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2};
+  b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3,
+                          DType::kFp8E5M2};
   b.caps.activation_dtypes = {DType::kInt8, DType::kUInt8, DType::kFp8E4M3, DType::kFp8E5M2};
   const std::vector<DType> any_weight = b.caps.weight_dtypes;
-  b.caps.dtype_configs = {{Mode::kWeightOnly, any_weight, {}}, {Mode::kStatic, any_weight, b.caps.activation_dtypes}};
-  b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel, Granularity::kPerGroup};
+  b.caps.dtype_configs = {{Mode::kWeightOnly, any_weight, {}},
+                          {Mode::kStatic, any_weight, b.caps.activation_dtypes}};
+  b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel,
+                          Granularity::kPerGroup};
   for (const auto& e : layer_kind_table().entries) b.caps.layer_kinds.push_back(e.value);
   return b;
 }

@@ -45,7 +45,9 @@ std::shared_ptr<torch::jit::Graph> snippet(const std::string& name) {
   return torch::jit::toGraphFunction(cu->get_function(name)).graph();
 }
 
-bool is_fp8(DType d) { return d == DType::kFp8E4M3 || d == DType::kFp8E5M2; }
+bool is_fp8(DType d) {
+  return d == DType::kFp8E4M3 || d == DType::kFp8E5M2;
+}
 
 // (largest value, smallest normal, 2^mantissa bits) of an fp8 format.
 std::tuple<double, double, double> fp8_params(DType d) {
@@ -53,7 +55,9 @@ std::tuple<double, double, double> fp8_params(DType d) {
   return {448.0, std::ldexp(1.0, -6), 8.0};
 }
 
-std::string act_format(const TensorQuant& t) { return std::string(to_string(t.dtype)) + "/per_tensor"; }
+std::string act_format(const TensorQuant& t) {
+  return std::string(to_string(t.dtype)) + "/per_tensor";
+}
 
 double sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
   auto r = ref.to(at::kDouble), e = r - x.to(at::kDouble);
@@ -66,9 +70,9 @@ double sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
 
 struct StaticFakeQuant::Session {
   std::unique_ptr<ObserverTable> table;
-  torch::jit::Module work;                   // specialized, inlined copy with observe calls
-  std::map<std::string, int64_t> slot_of;    // layer -> observer slot of its input
-  std::map<std::string, Node*> observe_of;   // layer -> the observe node
+  torch::jit::Module work;                  // specialized, inlined copy with observe calls
+  std::map<std::string, int64_t> slot_of;   // layer -> observer slot of its input
+  std::map<std::string, Node*> observe_of;  // layer -> the observe node
   std::vector<at::Tensor> holdout;
   size_t samples = 0, batches = 0;
 };
@@ -90,7 +94,8 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
   s.work = ctx.model.clone();
   s.work.eval();
   std::vector<at::Tensor> sample;
-  for (const auto& t : first.inputs) sample.push_back(t.slice(0, 0, std::min<int64_t>(2, t.size(0))));
+  for (const auto& t : first.inputs)
+    sample.push_back(t.slice(0, 0, std::min<int64_t>(2, t.size(0))));
   auto [removed, kept] = specialize_branches(s.work, sample);
   ctx.backend_meta["specialized_branches"] = {{"removed", removed}, {"kept", kept}};
   s.work = s.work.clone();  // specialization ran the model: start from a fresh plan
@@ -105,14 +110,17 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
     if (it == plan.end() || it->second->skipped || !it->second->activations.quantized()) continue;
     const LayerPlan& lp = *it->second;
     ObserverTemplate t;
-    t.observer = lp.activations.observer.empty() ? std::string(to_string(ctx.spec.quantize.algorithm))
-                                                 : lp.activations.observer;
+    t.observer = lp.activations.observer.empty()
+                     ? std::string(to_string(ctx.spec.quantize.algorithm))
+                     : lp.activations.observer;
     t.cfg.dtype = lp.activations.dtype;
     t.cfg.symmetric = is_fp8(lp.activations.dtype) || lp.activations.symmetric;
     t.cfg.kwargs = lp.activations.observer_kwargs;
-    t.loc = ctx.spec.loc(lp.rule_index >= 0 ? "quantize.layers." + std::to_string(lp.rule_index) + ".activations"
-                                            : "quantize.default_activation_dtype");
-    const int64_t id = s.table->add_slot(s.table->add_template(std::move(t)), site.layer + ":input");
+    t.loc = ctx.spec.loc(lp.rule_index >= 0
+                             ? "quantize.layers." + std::to_string(lp.rule_index) + ".activations"
+                             : "quantize.default_activation_dtype");
+    const int64_t id =
+        s.table->add_slot(s.table->add_template(std::move(t)), site.layer + ":input");
     torch::jit::WithInsertPoint guard(site.op);
     Node* obs = g->create(c10::Symbol::fromQualString("taoquant::observe"),
                           {site.op->input(0), g->insertConstant(id)}, 1);
@@ -215,7 +223,8 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
     std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
     auto ref = ctx.model.forward(in), out = result.forward(in);
     if (ref.isTensor() && out.isTensor())
-      ctx.backend_meta["holdout_output_sqnr_db"] = json_number(sqnr_db(ref.toTensor(), out.toTensor()));
+      ctx.backend_meta["holdout_output_sqnr_db"] =
+          json_number(sqnr_db(ref.toTensor(), out.toTensor()));
   }
   for (const auto& lp : ctx.plan.layers) {
     auto layer = find_submodule(result, lp.info.name);
@@ -236,7 +245,8 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
       const QParams& q = a->second;
       r.activation_format = act_format(lp.activations);
       r.extra["activation"] = {
-          {"observer", s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]))->obs->name()},
+          {"observer",
+           s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]))->obs->name()},
           {"min", q.min_val},
           {"max", q.max_val},
           {"clip_min", q.clip_min},
@@ -253,7 +263,8 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
     auto fi = float_inputs.find(lp.info.name), qi = fq_inputs.find(lp.info.name);
     if (fi != float_inputs.end() && qi != fq_inputs.end()) {
       auto ref_y = find_submodule(ctx.model, lp.info.name).forward({fi->second}).toTensor();
-      r.extra["output_sqnr_db"] = json_number(sqnr_db(ref_y, layer.forward({qi->second}).toTensor()));
+      r.extra["output_sqnr_db"] =
+          json_number(sqnr_db(ref_y, layer.forward({qi->second}).toTensor()));
     }
     ctx.add_layer_result(std::move(r));
   }

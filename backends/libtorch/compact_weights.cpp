@@ -49,7 +49,9 @@ def _tq_decode(self, codes: Tensor, scale: Tensor, zp: Tensor, lut: Tensor, meta
     return v.reshape(shape).to(like.dtype).contiguous()
 )JIT";
 
-bool is_tq_attr(const std::string& n) { return n.rfind(kPrefix, 0) == 0; }
+bool is_tq_attr(const std::string& n) {
+  return n.rfind(kPrefix, 0) == 0;
+}
 
 // getstate/setstate for one module type, carrying every attribute.
 std::string state_source(const c10::ClassTypePtr& type) {
@@ -65,8 +67,10 @@ std::string state_source(const c10::ClassTypePtr& type) {
     names.push_back(n);
     annots.push_back(t->annotation_str());
   }
-  const std::vector<std::string> extra = {"_tq_codes", "_tq_scale", "_tq_zp", "_tq_lut", "_tq_meta"};
-  const std::vector<std::string> extra_types = {"Tensor", "Tensor", "Tensor", "Tensor", "List[int]"};
+  const std::vector<std::string> extra = {"_tq_codes", "_tq_scale", "_tq_zp", "_tq_lut",
+                                          "_tq_meta"};
+  const std::vector<std::string> extra_types = {"Tensor", "Tensor", "Tensor", "Tensor",
+                                                "List[int]"};
   std::ostringstream g, s;
   g << "def __getstate__(self):\n    return (";
   s << "def __setstate__(self, state: Tuple[";
@@ -90,10 +94,12 @@ std::string state_source(const c10::ClassTypePtr& type) {
     s << "    self." << names[i] << " = state[" << i << "]\n";
   }
   for (const auto& n : nones) s << "    self." << n << " = None\n";
-  for (size_t i = 0; i < extra.size(); ++i) s << "    self." << extra[i] << " = state[" << names.size() + i << "]\n";
+  for (size_t i = 0; i < extra.size(); ++i)
+    s << "    self." << extra[i] << " = state[" << names.size() + i << "]\n";
   s << "    w = state[" << weight_index << "]\n"
     << "    if len(self._tq_meta) > 0:\n"
-    << "        w = self._tq_decode(self._tq_codes, self._tq_scale, self._tq_zp, self._tq_lut, self._tq_meta, w)\n"
+    << "        w = self._tq_decode(self._tq_codes, self._tq_scale, self._tq_zp, self._tq_lut, "
+       "self._tq_meta, w)\n"
     << "    self.weight = w\n";
   std::string saved =
       "def _tq_saved_weight(self) -> Tensor:\n"
@@ -117,13 +123,13 @@ at::Tensor to_tensor_f32(const std::vector<float>& v) {
 
 void set_tq_attrs(torch::jit::Module& m, const fmt::QuantizedWeight* q) {
   c10::List<int64_t> meta;
-  at::Tensor codes = torch::empty({0}, torch::kUInt8), scale = torch::empty({0}), zp = torch::empty({0}),
-             lut = torch::empty({0});
+  at::Tensor codes = torch::empty({0}, torch::kUInt8), scale = torch::empty({0}),
+             zp = torch::empty({0}), lut = torch::empty({0});
   if (q) {
     int bits = q->format.dtype == DType::kInt4 ? 4 : 8;
-    int gran = q->format.granularity == Granularity::kPerTensor ? 0
+    int gran = q->format.granularity == Granularity::kPerTensor    ? 0
                : q->format.granularity == Granularity::kPerChannel ? 1
-                                                                    : 2;
+                                                                   : 2;
     meta = c10::List<int64_t>({bits, gran, q->format.axis, q->group_size, q->groups_per_row});
     for (auto d : q->shape) meta.push_back(d);
     codes = to_tensor_u8(q->codes);

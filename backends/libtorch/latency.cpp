@@ -34,7 +34,8 @@ double median(std::vector<double> v) {
 // `warm`: the first calls are warm-up (the profiling executor profiles the
 // first call and compiles its optimized plan on the second).
 template <class FA, class FB>
-std::pair<double, double> interleaved(FA&& a, FB&& b, int reps, double budget_ms, bool warm = true) {
+std::pair<double, double> interleaved(FA&& a, FB&& b, int reps, double budget_ms,
+                                      bool warm = true) {
   double ta = 0, tb = 0;
   if (warm) {
     ta = time_ms(a, 1);
@@ -76,7 +77,8 @@ at::Tensor resize_batch(const at::Tensor& t, int64_t bs) {
   return t.repeat(rep).slice(0, 0, bs).contiguous();
 }
 
-std::vector<c10::IValue> call_op(const char* name, const char* overload, std::vector<c10::IValue> args) {
+std::vector<c10::IValue> call_op(const char* name, const char* overload,
+                                 std::vector<c10::IValue> args) {
   auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
   torch::jit::Stack stack(std::move(args));
   op.callBoxed(&stack);
@@ -97,7 +99,8 @@ std::string format_ms(double ms) {
   return buf;
 }
 
-std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32, const torch::jit::Module& int8,
+std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
+                                               const torch::jit::Module& int8,
                                                const std::vector<at::Tensor>& sample,
                                                const std::vector<int64_t>& batch_sizes) {
   torch::NoGradGuard ng;
@@ -117,12 +120,10 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32, c
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> slower_int8_layers(const QuantizeContext& ctx,
-                                                                    const torch::jit::Module& folded,
-                                                                    const torch::jit::Module& observed,
-                                                                    ObserverTable& table,
-                                                                    const std::vector<at::Tensor>& holdout,
-                                                                    const std::vector<int64_t>& batch_sizes) {
+std::vector<std::pair<std::string, std::string>> slower_int8_layers(
+    const QuantizeContext& ctx, const torch::jit::Module& folded,
+    const torch::jit::Module& observed, ObserverTable& table,
+    const std::vector<at::Tensor>& holdout, const std::vector<int64_t>& batch_sizes) {
   torch::NoGradGuard ng;
   const auto input_observers = layer_input_observers(observed);
   const auto inputs = capture_layer_inputs(folded, holdout);
@@ -144,10 +145,10 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(const Quanti
       const QParams& wq = table.qparams(ws->id);
       const QParams& aq = table.qparams(as->id);
       auto scales = torch::tensor(wq.scale, torch::kDouble);
-      at::Tensor qw = wq.per_channel
-                          ? at::quantize_per_channel(w, scales, torch::zeros({scales.numel()}, torch::kLong), 0,
-                                                     c10::kQInt8)
-                          : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
+      at::Tensor qw = wq.per_channel ? at::quantize_per_channel(
+                                           w, scales, torch::zeros({scales.numel()}, torch::kLong),
+                                           0, c10::kQInt8)
+                                     : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
       c10::IValue packed;
       const char* op = nullptr;
       const char* overload = "";
@@ -175,7 +176,8 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(const Quanti
                                 : lp.info.kind == LayerKind::kConv2d ? "quantized::conv2d_prepack"
                                                                      : "quantized::conv3d_prepack";
           packed = call_op(prepack, "",
-                           {qw, bias, to_list(stride), to_list(padding), to_list(dilation), groups.toInt()})
+                           {qw, bias, to_list(stride), to_list(padding), to_list(dilation),
+                            groups.toInt()})
                        .at(0);
           op = lp.info.kind == LayerKind::kConv1d   ? "quantized::conv1d"
                : lp.info.kind == LayerKind::kConv2d ? "quantized::conv2d"
@@ -190,20 +192,21 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(const Quanti
       bool slower = false;
       for (int64_t bs : batch_sizes) {
         at::Tensor xb = resize_batch(*x, bs);
-        auto [tf, tq] = interleaved([&] { layer.forward({xb}); },
-                                    [&] {
-                                      auto xq = at::quantize_per_tensor(xb, aq.scale[0], aq.zero_point[0],
-                                                                        c10::kQUInt8);
-                                      auto y = call_op(op, overload, {xq, packed, aq.scale[0],
-                                                                      static_cast<int64_t>(aq.zero_point[0])});
-                                      y.at(0).toTensor().dequantize();
-                                    },
-                                    5, 100);
-        detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) + ": int8 " +
-                  format_ms(tq) + " vs fp32 " + format_ms(tf);
+        auto [tf, tq] = interleaved(
+            [&] { layer.forward({xb}); },
+            [&] {
+              auto xq = at::quantize_per_tensor(xb, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
+              auto y = call_op(op, overload,
+                               {xq, packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])});
+              y.at(0).toTensor().dequantize();
+            },
+            5, 100);
+        detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) +
+                  ": int8 " + format_ms(tq) + " vs fp32 " + format_ms(tf);
         slower = slower || tq > tf;
       }
-      if (slower) out.emplace_back(lp.info.name, "int8 slower than fp32 for this layer (" + detail + ")");
+      if (slower)
+        out.emplace_back(lp.info.name, "int8 slower than fp32 for this layer (" + detail + ")");
     } catch (const std::exception&) {
       continue;  // cannot time this layer alone: leave it to the model-level check
     }

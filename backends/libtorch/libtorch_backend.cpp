@@ -31,18 +31,20 @@ class LibTorchBackend : public QuantizerBase, public Calibratable {
   StaticPtq ptq_;
 
   static void weight_only(QuantizeContext& ctx) {
-    ctx.backend_meta["storage"] = "compact codes + scales, decoded by TorchScript __setstate__ at load";
-    quantize_weights(ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string& note) -> size_t {
-      std::string blocker = compact_blocker(ctx.model, lp.info.name);
-      if (blocker.empty()) return install_compact_weight(ctx.model, lp.info.name, q);
-      // Still quantized (values on the grid), but stored as float.
-      auto layer = find_submodule(ctx.model, lp.info.name);
-      set_weight_values(layer, q.dequant);
-      note = "stored as float: " + blocker;
-      ctx.warn("layer '" + lp.info.name + "': " + note);
-      auto w = layer.attr("weight").toTensor();
-      return static_cast<size_t>(w.numel()) * w.element_size();
-    });
+    ctx.backend_meta["storage"] =
+        "compact codes + scales, decoded by TorchScript __setstate__ at load";
+    quantize_weights(
+        ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string& note) -> size_t {
+          std::string blocker = compact_blocker(ctx.model, lp.info.name);
+          if (blocker.empty()) return install_compact_weight(ctx.model, lp.info.name, q);
+          // Still quantized (values on the grid), but stored as float.
+          auto layer = find_submodule(ctx.model, lp.info.name);
+          set_weight_values(layer, q.dequant);
+          note = "stored as float: " + blocker;
+          ctx.warn("layer '" + lp.info.name + "': " + note);
+          auto w = layer.attr("weight").toTensor();
+          return static_cast<size_t>(w.numel()) * w.element_size();
+        });
   }
 };
 
@@ -50,17 +52,22 @@ BackendInfo info() {
   BackendInfo b;
   b.name = "libtorch";
   b.description =
-      "real LibTorch artifacts: int8 kernels (static/dynamic PTQ, onednn/qnnpack) or compact weight-only storage";
+      "real LibTorch artifacts: int8 kernels (static/dynamic PTQ, onednn/qnnpack) or compact "
+      "weight-only storage";
   b.aliases = {{"torchao", {Mode::kWeightOnly}, "TAO's torchao backend (weight-only PTQ)"}};
   b.caps.modes = {Mode::kWeightOnly, Mode::kStatic, Mode::kDynamic};
-  b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2};
+  b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3,
+                          DType::kFp8E5M2};
   b.caps.activation_dtypes = {DType::kInt8, DType::kUInt8};
   b.caps.dtype_configs = {
-      {Mode::kWeightOnly, {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2}, {}},
+      {Mode::kWeightOnly,
+       {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2},
+       {}},
       {Mode::kStatic, {DType::kInt8}, {DType::kInt8, DType::kUInt8}},
       {Mode::kDynamic, {DType::kInt8}, {DType::kInt8, DType::kUInt8}}};
   b.caps.fusion_patterns = {"conv-bn", "conv-bn-relu", "conv-relu", "linear-relu", "add-relu"};
-  b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel, Granularity::kPerGroup};
+  b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel,
+                          Granularity::kPerGroup};
   for (const auto& e : layer_kind_table().entries) b.caps.layer_kinds.push_back(e.value);
   return b;
 }

@@ -32,9 +32,9 @@ struct StaticSession {
   Module folded;    // BN-folded, specialized float model
   Module observed;  // folded + observers
   std::vector<at::Tensor> holdout;
-  std::set<std::string> keep_float;           // layers kept float by the speed check
+  std::set<std::string> keep_float;            // layers kept float by the speed check
   std::map<std::string, std::string> reasons;  // layer -> why it stays float
-  DataLoader* loader = nullptr;  // alive from calibrate() through convert()
+  DataLoader* loader = nullptr;                // alive from calibrate() through convert()
   size_t samples = 0, batches = 0;
 };
 
@@ -51,12 +51,15 @@ std::string select_engine(const QuantizeContext& ctx) {
 #endif
   if (kw.contains("engine")) {
     if (!kw["engine"].is_string())
-      throw SpecError(ctx.spec.loc("quantize.backend_kwargs.engine"),
-                      "quantize.backend_kwargs.engine: expected a string (onednn, qnnpack, fbgemm)");
+      throw SpecError(
+          ctx.spec.loc("quantize.backend_kwargs.engine"),
+          "quantize.backend_kwargs.engine: expected a string (onednn, qnnpack, fbgemm)");
     engine = kw["engine"].get<std::string>();
   }
   const std::vector<std::pair<std::string, at::QEngine>> engines = {
-      {"onednn", at::QEngine::ONEDNN}, {"qnnpack", at::QEngine::QNNPACK}, {"fbgemm", at::QEngine::FBGEMM}};
+      {"onednn", at::QEngine::ONEDNN},
+      {"qnnpack", at::QEngine::QNNPACK},
+      {"fbgemm", at::QEngine::FBGEMM}};
   std::vector<std::string> supported;
   for (const auto& [name, e] : engines) {
     const auto& sup = at::globalContext().supportedQEngines();
@@ -70,14 +73,16 @@ std::string select_engine(const QuantizeContext& ctx) {
   std::string list;
   for (const auto& s : supported) list += (list.empty() ? "" : ", ") + s;
   throw SpecError(ctx.spec.loc("quantize.backend_kwargs.engine"),
-                  "quantize.backend_kwargs.engine: '" + engine + "' is not available in this LibTorch (available: " +
-                      list + ")" + did_you_mean(engine, supported));
+                  "quantize.backend_kwargs.engine: '" + engine +
+                      "' is not available in this LibTorch (available: " + list + ")" +
+                      did_you_mean(engine, supported));
 }
 
 namespace {
 
 bool static_kind_supported(LayerKind k) {
-  return k == LayerKind::kLinear || k == LayerKind::kConv1d || k == LayerKind::kConv2d || k == LayerKind::kConv3d;
+  return k == LayerKind::kLinear || k == LayerKind::kConv1d || k == LayerKind::kConv2d ||
+         k == LayerKind::kConv3d;
 }
 
 // Why a planned layer cannot be static int8 on LibTorch ("" if it can).
@@ -87,7 +92,8 @@ std::string static_blocker(const LayerPlan& lp) {
     return std::string(to_string(lp.info.kind)) + " has no static int8 kernel in LibTorch";
   if (lp.weights.dtype != DType::kInt8)
     return "weights " + std::string(to_string(lp.weights.dtype)) +
-           ": LibTorch static kernels take int8 weights (use backend fakequant to simulate other formats)";
+           ": LibTorch static kernels take int8 weights (use backend fakequant to simulate other "
+           "formats)";
   if (!lp.activations.quantized())
     return "activations native: static int8 kernels need quantized activations "
            "(set default_activation_dtype or the layer's activations dtype)";
@@ -138,9 +144,10 @@ double sqnr(const at::Tensor& ref, const at::Tensor& x) {
 }
 
 bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
-  return a.observer == b.observer && a.cfg.dtype == b.cfg.dtype && a.cfg.symmetric == b.cfg.symmetric &&
-         a.cfg.per_channel == b.cfg.per_channel && a.cfg.axis == b.cfg.axis &&
-         a.cfg.reduce_range == b.cfg.reduce_range && a.cfg.kwargs == b.cfg.kwargs;
+  return a.observer == b.observer && a.cfg.dtype == b.cfg.dtype &&
+         a.cfg.symmetric == b.cfg.symmetric && a.cfg.per_channel == b.cfg.per_channel &&
+         a.cfg.axis == b.cfg.axis && a.cfg.reduce_range == b.cfg.reduce_range &&
+         a.cfg.kwargs == b.cfg.kwargs;
 }
 
 // Inserts observers for the plan (minus `keep_float`) and runs the calibration
@@ -163,8 +170,9 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
       qd[lp.info.name] = c10::nullopt;
       continue;
     }
-    std::string key = lp.rule_index >= 0 ? "quantize.layers." + std::to_string(lp.rule_index) + ".activations"
-                                          : "quantize.default_activation_dtype";
+    std::string key = lp.rule_index >= 0
+                          ? "quantize.layers." + std::to_string(lp.rule_index) + ".activations"
+                          : "quantize.default_activation_dtype";
     auto at = act_template(spec, lp.activations, key);
     auto wt = weight_template(spec, &lp);
     // Layers with the default settings share the root qconfig: a per-layer
@@ -178,13 +186,15 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     qd[lp.info.name] = std::make_tuple(table.make_module(a), table.make_module(w));
   }
   try {
-    s.observed = torch::jit::InsertObservers(s.folded, "forward", qd, /*inplace=*/false, QuantType::STATIC);
+    s.observed =
+        torch::jit::InsertObservers(s.folded, "forward", qd, /*inplace=*/false, QuantType::STATIC);
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
-    throw RuntimeError("static_ptq: LibTorch could not place observers in this model: " +
-                       msg.substr(0, msg.find('\n')) +
-                       " (a branch or pattern tao-quant could not specialize; keep that module float with "
-                       "skip_names, or use mode weight_only_ptq / dynamic_ptq)");
+    throw RuntimeError(
+        "static_ptq: LibTorch could not place observers in this model: " +
+        msg.substr(0, msg.find('\n')) +
+        " (a branch or pattern tao-quant could not specialize; keep that module float with "
+        "skip_names, or use mode weight_only_ptq / dynamic_ptq)");
   }
   table.bind(s.observed);
   spdlog::debug("static_ptq: {} observers inserted", table.slots().size());
@@ -274,7 +284,8 @@ void dequantize_tuple_elements(torch::jit::Block* b, torch::jit::Graph& g) {
   for (auto it = b->nodes().begin(); it != b->nodes().end();) {
     Node* n = *it++;
     for (Block* sub : n->blocks()) dequantize_tuple_elements(sub, g);
-    if (n->kind() != aten::dequantize || n->inputs().size() != 1 || !n->input(0)->type()->cast<c10::TupleType>())
+    if (n->kind() != aten::dequantize || n->inputs().size() != 1 ||
+        !n->input(0)->type()->cast<c10::TupleType>())
       continue;
     Value* t = n->input(0);
     WithInsertPoint guard(n);
@@ -334,18 +345,21 @@ std::set<std::string> used_module_paths(const Module& m) {
 // Instances whose objects lack attributes their type declares. Unused ones
 // (a BatchNorm folded away) get a sibling's values, so that later passes can
 // copy them; used ones are returned: they would run without their qparams.
-void complete_or_find_incomplete(Module& root, const std::set<std::string>& used, std::vector<std::string>& out) {
+void complete_or_find_incomplete(Module& root, const std::set<std::string>& used,
+                                 std::vector<std::string>& out) {
   struct Inst {
     Module m;
     std::string path;
   };
   std::vector<Inst> all;
-  std::function<void(const Module&, const std::string&)> collect = [&](const Module& m, const std::string& path) {
+  std::function<void(const Module&, const std::string&)> collect = [&](const Module& m,
+                                                                       const std::string& path) {
     all.push_back({m, path});
     const auto type = m.type();
     const auto obj = m._ivalue();
     for (size_t i = 0; i < type->numAttributes() && i < obj->slots().size(); ++i) {
-      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module()) continue;
+      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module())
+        continue;
       if (!obj->getSlot(i).isObject()) continue;
       const std::string name = type->getAttributeName(i);
       collect(Module(obj->getSlot(i).toObject()), path.empty() ? name : path + "." + name);
@@ -387,9 +401,12 @@ Module finish_quantized(Module q, QuantType qt) {
     if (incomplete.size() > 4) list += ", ... (" + std::to_string(incomplete.size()) + " in all)";
     throw RuntimeError(
         std::string(qt == QuantType::STATIC ? "static_ptq" : "dynamic_ptq") +
-        ": unsupported pattern: module instances that forward calls share a TorchScript type with another "
-        "instance, and LibTorch's InsertQuantDeQuant left them without their quantization parameters: " +
-        list + ". Keep them float with skip_names, or use mode weight_only_ptq or backend fakequant");
+        ": unsupported pattern: module instances that forward calls share a TorchScript type with "
+        "another "
+        "instance, and LibTorch's InsertQuantDeQuant left them without their quantization "
+        "parameters: " +
+        list +
+        ". Keep them float with skip_names, or use mode weight_only_ptq or backend fakequant");
   }
   std::function<void(Module&)> fix = [&](Module& m) {
     for (const auto& method : m.get_methods()) {
@@ -407,8 +424,8 @@ Module finish_quantized(Module q, QuantType qt) {
 }
 
 Module convert_observed(Module& observed) {
-  return finish_quantized(torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false, /*debug=*/false,
-                                                         QuantType::STATIC),
+  return finish_quantized(torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false,
+                                                         /*debug=*/false, QuantType::STATIC),
                           QuantType::STATIC);
 }
 
@@ -418,7 +435,8 @@ const ObserverSlot* find_slot(const ObserverTable& t, const std::string& label) 
   return nullptr;
 }
 
-const ObserverSlot* input_slot(const ObserverTable& t, const std::map<std::string, std::string>& inputs,
+const ObserverSlot* input_slot(const ObserverTable& t,
+                               const std::map<std::string, std::string>& inputs,
                                const std::string& layer) {
   auto it = inputs.find(layer);
   return it == inputs.end() ? nullptr : t.find_path(it->second);
@@ -432,7 +450,8 @@ void StaticPtq::convert(QuantizeContext& ctx) {
   const auto& kw = ctx.backend_kwargs();
   bool check_speed = !kw.contains("latency_check") || kw["latency_check"] != false;
   std::vector<int64_t> batch_sizes = {1, 32};
-  if (kw.contains("latency_batch_sizes")) batch_sizes = kw["latency_batch_sizes"].get<std::vector<int64_t>>();
+  if (kw.contains("latency_batch_sizes"))
+    batch_sizes = kw["latency_batch_sizes"].get<std::vector<int64_t>>();
 
   // Never slower than float: measure the int8 model against the float one;
   // if it is slower at a batch size, time each layer alone and keep the
@@ -444,10 +463,13 @@ void StaticPtq::convert(QuantizeContext& ctx) {
     bool slower = false;
     std::string detail;
     for (const auto& c : cmp) {
-      speed.push_back({{"stage", stage}, {"batch_size", c.batch_size}, {"fp32_ms", c.fp32_ms}, {"int8_ms", c.int8_ms}});
+      speed.push_back({{"stage", stage},
+                       {"batch_size", c.batch_size},
+                       {"fp32_ms", c.fp32_ms},
+                       {"int8_ms", c.int8_ms}});
       slower = slower || c.int8_ms > c.fp32_ms;
-      detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(c.batch_size) + ": int8 " +
-                format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms);
+      detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(c.batch_size) +
+                ": int8 " + format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms);
     }
     return slower ? detail : std::string();
   };
@@ -482,14 +504,16 @@ void StaticPtq::convert(QuantizeContext& ctx) {
     std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
     auto ref = ctx.model.forward(in), out = q.forward(in);
     if (ref.isTensor() && out.isTensor())
-      ctx.backend_meta["holdout_output_sqnr_db"] = json_number(sqnr(ref.toTensor(), out.toTensor()));
+      ctx.backend_meta["holdout_output_sqnr_db"] =
+          json_number(sqnr(ref.toTensor(), out.toTensor()));
   }
 
   // Per-layer results: each layer's input observer, and its float input on
   // the held-out batch for a per-layer output SQNR.
   const auto input_observers = layer_input_observers(s.observed);
   const auto layer_inputs = capture_layer_inputs(s.folded, s.holdout);
-  for (const auto& [layer, obs] : input_observers) spdlog::debug("input of {}: observer {}", layer, obs);
+  for (const auto& [layer, obs] : input_observers)
+    spdlog::debug("input of {}: observer {}", layer, obs);
   spdlog::debug("{} layer inputs captured", layer_inputs.size());
   for (const auto& lp : ctx.plan.layers) {
     LayerResult r;
@@ -509,7 +533,8 @@ void StaticPtq::convert(QuantizeContext& ctx) {
     }
     const ObserverSlot* ws = find_slot(*s.table, lp.info.name + ":weight");
     const ObserverSlot* as = input_slot(*s.table, input_observers, lp.info.name);
-    r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
+    r.weight_format =
+        lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
     r.activation_format = "uint8/per_tensor";
     if (ws) {
       const QParams& wq = s.table->qparams(ws->id);
@@ -517,16 +542,18 @@ void StaticPtq::convert(QuantizeContext& ctx) {
       r.scale_min = *mn;
       r.scale_max = *mx;
       auto scales = torch::tensor(wq.scale, torch::kFloat);
-      auto fq = wq.per_channel ? at::fake_quantize_per_channel_affine(w, scales, torch::zeros_like(scales).to(at::kInt),
-                                                                      0, -128, 127)
-                               : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
+      auto fq = wq.per_channel
+                    ? at::fake_quantize_per_channel_affine(
+                          w, scales, torch::zeros_like(scales).to(at::kInt), 0, -128, 127)
+                    : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
       r.weight_sqnr_db = sqnr(w, fq);
       r.bytes_after = static_cast<size_t>(w.numel()) + wq.scale.size() * 8;
       if (as) {
         const QParams& aq = s.table->qparams(as->id);
-        r.extra["activation"] = {{"observer", as->obs->name()}, {"min", aq.min_val},   {"max", aq.max_val},
-                                 {"clip_min", aq.clip_min},      {"clip_max", aq.clip_max},
-                                 {"scale", aq.scale[0]},         {"zero_point", aq.zero_point[0]}};
+        r.extra["activation"] = {
+            {"observer", as->obs->name()},   {"min", aq.min_val},       {"max", aq.max_val},
+            {"clip_min", aq.clip_min},       {"clip_max", aq.clip_max}, {"scale", aq.scale[0]},
+            {"zero_point", aq.zero_point[0]}};
         auto xi = layer_inputs.find(lp.info.name);
         if (xi != layer_inputs.end()) {
           // Output SQNR of this layer alone, float vs int8-simulated, on the held-out batch.
@@ -565,7 +592,8 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
       why = "dynamic_ptq quantizes Linear layers (quantized::linear_dynamic); " +
             std::string(to_string(lp.info.kind)) + " stays float";
     else if (lp.weights.dtype != DType::kInt8)
-      why = "weights " + std::string(to_string(lp.weights.dtype)) + ": quantized::linear_dynamic takes int8 weights";
+      why = "weights " + std::string(to_string(lp.weights.dtype)) +
+            ": quantized::linear_dynamic takes int8 weights";
     if (!why.empty()) {
       reasons[lp.info.name] = why;
       continue;
@@ -581,7 +609,8 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
   work.eval();
   Module observed;
   try {
-    observed = torch::jit::InsertObservers(work, "forward", qd, /*inplace=*/false, QuantType::DYNAMIC);
+    observed =
+        torch::jit::InsertObservers(work, "forward", qd, /*inplace=*/false, QuantType::DYNAMIC);
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     throw RuntimeError("dynamic_ptq: LibTorch could not place observers in this model: " +
@@ -598,8 +627,9 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
     else
       table.observe(slot->id, torch::tensor({0.0f, 1.0f}));
   }
-  Module q = finish_quantized(torch::jit::InsertQuantDeQuant(observed, "forward", false, false, QuantType::DYNAMIC),
-                              QuantType::DYNAMIC);
+  Module q = finish_quantized(
+      torch::jit::InsertQuantDeQuant(observed, "forward", false, false, QuantType::DYNAMIC),
+      QuantType::DYNAMIC);
 
   for (const auto& lp : ctx.plan.layers) {
     LayerResult r;
@@ -614,7 +644,8 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
       r.reason = it->second;
       r.bytes_after = r.bytes_before;
     } else {
-      r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
+      r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor"
+                                                                          : "int8/per_channel";
       r.activation_format = "uint8/dynamic";
       for (const auto& slot : table.slots()) {
         if (slot->label != lp.info.name + ":weight") continue;
@@ -623,9 +654,10 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
         r.scale_min = *mn;
         r.scale_max = *mx;
         auto scales = torch::tensor(wq.scale, torch::kFloat);
-        auto fq = wq.per_channel ? at::fake_quantize_per_channel_affine(
-                                       w, scales, torch::zeros_like(scales).to(at::kInt), 0, -128, 127)
-                                 : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
+        auto fq = wq.per_channel
+                      ? at::fake_quantize_per_channel_affine(
+                            w, scales, torch::zeros_like(scales).to(at::kInt), 0, -128, 127)
+                      : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
         r.weight_sqnr_db = sqnr(w, fq);
         r.bytes_after = static_cast<size_t>(w.numel()) + wq.scale.size() * 8;
       }

@@ -2,8 +2,8 @@
 // Fashion-MNIST CNN and torchvision ResNet-18. Artifacts are reloaded with
 // plain torch::jit::load (no tao-quant code involved in running them) and
 // compared with the float model on real data.
-#include <catch2/catch.hpp>
 #include <torch/script.h>
+#include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -30,22 +30,25 @@ std::string tmpdir(const std::string& name) {
   return d.string();
 }
 
-tq::QuantizeOutcome quantize(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+tq::QuantizeOutcome quantize(const std::string& yaml,
+                             const std::vector<std::string>& overrides = {}) {
   auto spec = tq::parse_spec_text(yaml, "<test>", overrides);
   return tq::run_quantize(spec);
 }
 
 std::string wo_spec(const std::string& model, const std::string& dir, const std::string& dtype,
-                     const std::string& backend = "libtorch") {
+                    const std::string& backend = "libtorch") {
   return "results_dir: " + dir + "\nquantize:\n  backend: " + backend +
-         "\n  mode: weight_only_ptq\n  default_layer_dtype: " + dtype + "\n  model_path: " + model + "\n";
+         "\n  mode: weight_only_ptq\n  default_layer_dtype: " + dtype + "\n  model_path: " + model +
+         "\n";
 }
 
 // Top-1 of a module over the whole Fashion-MNIST test set (10k images).
 double top1(torch::jit::Module m, int64_t limit = 0) {
-  auto spec = tq::parse_spec_text("dataset:\n  test_dataset:\n    data_file: " + kTest + "\n    batch_size: 500\n",
-                                  "<test>");
-  auto loader = tq::make_data_loader(spec, *spec.dataset.test_dataset, "dataset.test_dataset", true);
+  auto spec = tq::parse_spec_text(
+      "dataset:\n  test_dataset:\n    data_file: " + kTest + "\n    batch_size: 500\n", "<test>");
+  auto loader =
+      tq::make_data_loader(spec, *spec.dataset.test_dataset, "dataset.test_dataset", true);
   torch::NoGradGuard ng;
   tq::Batch b;
   int64_t correct = 0, n = 0;
@@ -84,7 +87,8 @@ TEST_CASE("every built-in backend and alias is registered", "[e2e][registry]") {
   CHECK(r.modes[0] == tq::Mode::kWeightOnly);
 }
 
-TEST_CASE("weight-only on the Fashion-MNIST CNN: every format, reloaded by plain LibTorch", "[e2e][weight_only]") {
+TEST_CASE("weight-only on the Fashion-MNIST CNN: every format, reloaded by plain LibTorch",
+          "[e2e][weight_only]") {
   auto fp32 = torch::jit::load(kCnn);
   fp32.eval();
   double base = top1(fp32, 2000);
@@ -92,8 +96,8 @@ TEST_CASE("weight-only on the Fashion-MNIST CNN: every format, reloaded by plain
     const char* dtype;
     double max_drop, max_ratio;
   };
-  for (Case c : {Case{"int8", 0.002, 0.27}, Case{"fp8_e4m3fn", 0.005, 0.27}, Case{"fp8_e5m2", 0.01, 0.27},
-                 Case{"int4", 0.015, 0.16}}) {
+  for (Case c : {Case{"int8", 0.002, 0.27}, Case{"fp8_e4m3fn", 0.005, 0.27},
+                 Case{"fp8_e5m2", 0.01, 0.27}, Case{"int4", 0.015, 0.16}}) {
     DYNAMIC_SECTION(c.dtype) {
       auto dir = tmpdir(std::string("wo_") + c.dtype);
       auto out = quantize(wo_spec(kCnn, dir, c.dtype));
@@ -150,7 +154,7 @@ TEST_CASE("the TAO-style torchao spec runs unchanged once paths are filled in", 
   std::map<std::string, tq::LayerResult> by;
   for (const auto& l : out.layers) by[l.name] = l;
   CHECK(by["classifier.fc1"].weight_format == "int8/per_channel");
-  CHECK(by["classifier.fc"].kept_float);  // skip_names
+  CHECK(by["classifier.fc"].kept_float);   // skip_names
   CHECK(by["features.conv1"].kept_float);  // no pattern covers it; default native
   auto q = torch::jit::load(out.artifact_path);
   auto x = torch::randn({4, 1, 28, 28});
@@ -194,12 +198,14 @@ TEST_CASE("weight-only on torchvision ResNet-18", "[e2e][resnet18]") {
 
 TEST_CASE("static int8 on the CNN: real quantized kernels, accuracy kept", "[e2e][static]") {
   auto dir = tmpdir("static");
-  auto out = quantize("results_dir: " + dir +
-                      "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
-                      "  default_activation_dtype: uint8\n  model_path: " + kCnn +
-                      "\n  backend_kwargs: {latency_check: false}\n"
-                      "dataset:\n  quant_calibration_dataset:\n    data_file: " + kCalib +
-                      "\n    batch_size: 64\n");
+  auto out =
+      quantize("results_dir: " + dir +
+               "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+               "  default_activation_dtype: uint8\n  model_path: " +
+               kCnn +
+               "\n  backend_kwargs: {latency_check: false}\n"
+               "dataset:\n  quant_calibration_dataset:\n    data_file: " +
+               kCalib + "\n    batch_size: 64\n");
   auto q = torch::jit::load(out.artifact_path);
   q.eval();
   CHECK(count_nodes(q, "quantized::conv2d_relu") == 2);
@@ -216,13 +222,15 @@ TEST_CASE("static int8 on the CNN: real quantized kernels, accuracy kept", "[e2e
   }
 }
 
-TEST_CASE("fakequant static fp8_e4m3fn on the CNN: q->dq in the graph, accuracy kept", "[e2e][static][fakequant]") {
+TEST_CASE("fakequant static fp8_e4m3fn on the CNN: q->dq in the graph, accuracy kept",
+          "[e2e][static][fakequant]") {
   auto dir = tmpdir("fq_static");
-  auto out = quantize("results_dir: " + dir +
-                      "\nquantize:\n  backend: fakequant\n  mode: static_ptq\n  default_layer_dtype: fp8_e4m3fn\n"
-                      "  default_activation_dtype: fp8_e4m3fn\n  model_path: " + kCnn +
-                      "\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kCalib +
-                      "\n    batch_size: 64\n");
+  auto out = quantize(
+      "results_dir: " + dir +
+      "\nquantize:\n  backend: fakequant\n  mode: static_ptq\n  default_layer_dtype: fp8_e4m3fn\n"
+      "  default_activation_dtype: fp8_e4m3fn\n  model_path: " +
+      kCnn + "\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kCalib +
+      "\n    batch_size: 64\n");
   auto q = torch::jit::load(out.artifact_path);
   q.eval();
   // Plain TorchScript: one fp8 rounding per quantized layer input, no tao-quant ops.
@@ -238,19 +246,22 @@ TEST_CASE("fakequant static fp8_e4m3fn on the CNN: q->dq in the graph, accuracy 
     REQUIRE(l.extra.contains("activation"));
     // amax-based scale: amax / 448.
     const auto& a = l.extra["activation"];
-    const double amax = std::max(std::abs(a["clip_min"].get<double>()), std::abs(a["clip_max"].get<double>()));
+    const double amax =
+        std::max(std::abs(a["clip_min"].get<double>()), std::abs(a["clip_max"].get<double>()));
     CHECK(a["scale"].get<double>() == Approx(amax / 448.0).epsilon(1e-6));
     CHECK(l.extra["output_sqnr_db"].get<double>() > 20.0);
   }
 }
 
-TEST_CASE("fakequant static int8 on a TransformerEncoder: every Linear gets its input quantized", "[e2e][static][fakequant]") {
+TEST_CASE("fakequant static int8 on a TransformerEncoder: every Linear gets its input quantized",
+          "[e2e][static][fakequant]") {
   auto dir = tmpdir("fq_encoder");
-  auto out = quantize("results_dir: " + dir +
-                      "\nquantize:\n  backend: fakequant\n  mode: static_ptq\n  default_layer_dtype: int8\n"
-                      "  default_activation_dtype: int8\n  model_path: " + kModels + "/tiny/encoder.pt" +
-                      "\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kModels + "/tiny/encoder_x.npz" +
-                      "\n    batch_size: 8\n");
+  auto out = quantize(
+      "results_dir: " + dir +
+      "\nquantize:\n  backend: fakequant\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+      "  default_activation_dtype: int8\n  model_path: " +
+      kModels + "/tiny/encoder.pt" + "\ndataset:\n  quant_calibration_dataset:\n    data_file: " +
+      kModels + "/tiny/encoder_x.npz" + "\n    batch_size: 8\n");
   REQUIRE(out.layers.size() == 8);
   for (const auto& l : out.layers) CHECK(l.extra.contains("activation"));
   auto sqnr = out.report["backend"]["meta"]["holdout_output_sqnr_db"];
@@ -260,21 +271,25 @@ TEST_CASE("fakequant static int8 on a TransformerEncoder: every Linear gets its 
   CHECK(count_nodes(q, "aten::fake_quantize_per_tensor_affine") == 8);
 }
 
-TEST_CASE("static int8 specializes branching graphs: TransformerEncoder, EfficientNet, DenseNet", "[e2e][static][branches]") {
+TEST_CASE("static int8 specializes branching graphs: TransformerEncoder, EfficientNet, DenseNet",
+          "[e2e][static][branches]") {
   struct Case {
     const char* model;
     const char* data;
   };
-  for (Case c : {Case{"encoder.pt", "encoder_x.npz"}, Case{"effnet_b0.pt", "effnet_x.npz"},
-                 Case{"densenet_tiny.pt", "densenet_x.npz"}, Case{"densenet_shared.pt", "densenet_x.npz"}}) {
+  for (Case c :
+       {Case{"encoder.pt", "encoder_x.npz"}, Case{"effnet_b0.pt", "effnet_x.npz"},
+        Case{"densenet_tiny.pt", "densenet_x.npz"}, Case{"densenet_shared.pt", "densenet_x.npz"}}) {
     DYNAMIC_SECTION(c.model) {
       auto dir = tmpdir(std::string("br_") + c.model);
-      auto out = quantize("results_dir: " + dir +
-                          "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
-                          "  default_activation_dtype: uint8\n  model_path: " + kModels + "/tiny/" + c.model +
-                          "\n  backend_kwargs: {latency_check: false}\n"
-                          "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels + "/tiny/" + c.data +
-                          "\n    batch_size: 8\n");
+      auto out = quantize(
+          "results_dir: " + dir +
+          "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+          "  default_activation_dtype: uint8\n  model_path: " +
+          kModels + "/tiny/" + c.model +
+          "\n  backend_kwargs: {latency_check: false}\n"
+          "dataset:\n  quant_calibration_dataset:\n    data_file: " +
+          kModels + "/tiny/" + c.data + "\n    batch_size: 8\n");
       auto q = torch::jit::load(out.artifact_path);
       int64_t quantized_layers = 0;
       for (const auto& l : out.layers) quantized_layers += l.kept_float ? 0 : 1;
@@ -288,9 +303,11 @@ TEST_CASE("static int8 specializes branching graphs: TransformerEncoder, Efficie
 
 TEST_CASE("dynamic int8 runs Linear layers through quantized::linear_dynamic", "[e2e][dynamic]") {
   auto dir = tmpdir("dyn");
-  auto out = quantize("results_dir: " + dir +
-                      "\nquantize:\n  backend: libtorch\n  mode: dynamic_ptq\n  default_layer_dtype: int8\n"
-                      "  model_path: " + kCnn + "\n");
+  auto out = quantize(
+      "results_dir: " + dir +
+      "\nquantize:\n  backend: libtorch\n  mode: dynamic_ptq\n  default_layer_dtype: int8\n"
+      "  model_path: " +
+      kCnn + "\n");
   auto q = torch::jit::load(out.artifact_path);
   CHECK(count_nodes(q, "quantized::linear_dynamic") == 2);
   auto fp32 = torch::jit::load(kCnn);
@@ -316,11 +333,15 @@ TEST_CASE("bad models and specs: exit codes and messages", "[e2e][errors]") {
     std::ofstream(dir + "/text.pt") << "not a model\n";
   }
   expect(wo_spec(dir + "/trunc.pt", dir, "int8"), tq::ExitCode::kRuntime, "cannot load model");
-  expect(wo_spec(dir + "/text.pt", dir, "int8"), tq::ExitCode::kRuntime, "not a TorchScript archive");
+  expect(wo_spec(dir + "/text.pt", dir, "int8"), tq::ExitCode::kRuntime,
+         "not a TorchScript archive");
   expect(wo_spec(kCnn, dir, "int8", "libtroch"), tq::ExitCode::kUsage, "did you mean 'libtorch'");
-  expect("results_dir: " + dir + "\nquantize:\n  backend: torchao\n  mode: static_ptq\n  model_path: " + kCnn + "\n",
+  expect("results_dir: " + dir +
+             "\nquantize:\n  backend: torchao\n  mode: static_ptq\n  model_path: " + kCnn + "\n",
          tq::ExitCode::kUsage, "use backend 'libtorch' for static_ptq");
-  expect("results_dir: " + dir + "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
-         "  model_path: " + kCnn + "\n",
+  expect("results_dir: " + dir +
+             "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+             "  model_path: " +
+             kCnn + "\n",
          tq::ExitCode::kUsage, "quant_calibration_dataset");
 }

@@ -86,13 +86,13 @@ struct LayerResult {
   std::string name;
   std::string class_name;
   std::vector<int64_t> weight_shape;
-  std::string weight_format = "float";      // "int8/per_channel", "int4/g128", ...
+  std::string weight_format = "float";  // "int8/per_channel", "int4/g128", ...
   std::string activation_format = "float";
   double scale_min = 0, scale_max = 0;
-  double weight_sqnr_db = 0;                // +inf when exact
+  double weight_sqnr_db = 0;  // +inf when exact
   size_t bytes_before = 0, bytes_after = 0;
   bool kept_float = false;
-  std::string reason;                       // why kept float / notes
+  std::string reason;  // why kept float / notes
   nlohmann::json extra = nlohmann::json::object();
 };
 
@@ -163,9 +163,9 @@ class BackendRegistry {
 
   struct Resolved {
     const BackendInfo* info = nullptr;
-    std::string requested;           // what the user asked for
+    std::string requested;  // what the user asked for
     const BackendAlias* alias = nullptr;
-    std::vector<Mode> modes;         // modes available under the requested name
+    std::vector<Mode> modes;  // modes available under the requested name
   };
   // Throws SpecError with did-you-mean when unknown.
   Resolved resolve(const std::string& name, const SourceLoc& loc = {}) const;
@@ -211,6 +211,6 @@ bool register_backend(BackendInfo info, const char* file, int line) {
 
 #define TQ_CONCAT_INNER(a, b) a##b
 #define TQ_CONCAT(a, b) TQ_CONCAT_INNER(a, b)
-#define TAOQUANT_REGISTER_BACKEND(Class, info_fn)                                                \
-  static const bool TQ_CONCAT(tq_backend_registered_, __LINE__) [[maybe_unused]] =               \
+#define TAOQUANT_REGISTER_BACKEND(Class, info_fn)                                  \
+  static const bool TQ_CONCAT(tq_backend_registered_, __LINE__) [[maybe_unused]] = \
       ::tq::detail::register_backend<Class>(info_fn(), __FILE__, __LINE__)

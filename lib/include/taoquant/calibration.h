@@ -26,7 +26,7 @@ namespace tq {
 struct ObserverTemplate {
   std::string observer;  // registered observer name
   ObserverConfig cfg;
-  SourceLoc loc;         // spec location of the setting (for errors)
+  SourceLoc loc;  // spec location of the setting (for errors)
   bool weight = false;
 };
 
@@ -123,6 +123,7 @@ class NoGraphOptimization {
 // (grad enabled, so fused inference fast paths that bypass Linear modules are
 // not taken), and every `if` that always took the same branch is replaced by
 // that branch. Returns {ifs removed, ifs kept}.
-std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model, const std::vector<at::Tensor>& sample);
+std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model,
+                                              const std::vector<at::Tensor>& sample);
 
 }  // namespace tq

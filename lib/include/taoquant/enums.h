@@ -66,18 +66,28 @@ const EnumTable<Algorithm>& algorithm_table();
 const EnumTable<Granularity>& granularity_table();
 const EnumTable<LayerKind>& layer_kind_table();
 
-inline std::string_view to_string(DType v) { return dtype_table().name(v); }
-inline std::string_view to_string(Mode v) { return mode_table().name(v); }
-inline std::string_view to_string(Algorithm v) { return algorithm_table().name(v); }
-inline std::string_view to_string(Granularity v) { return granularity_table().name(v); }
-inline std::string_view to_string(LayerKind v) { return layer_kind_table().name(v); }
+inline std::string_view to_string(DType v) {
+  return dtype_table().name(v);
+}
+inline std::string_view to_string(Mode v) {
+  return mode_table().name(v);
+}
+inline std::string_view to_string(Algorithm v) {
+  return algorithm_table().name(v);
+}
+inline std::string_view to_string(Granularity v) {
+  return granularity_table().name(v);
+}
+inline std::string_view to_string(LayerKind v) {
+  return layer_kind_table().name(v);
+}
 
 // Facts about a dtype used by planning, quantization and reports.
 struct DTypeTraits {
-  int bits = 32;             // storage bits per element (native: 32)
-  bool is_float8 = false;    // OCP FP8
-  bool is_integer = false;   // int8/uint8/int4
-  bool is_signed = true;     // integer formats only
+  int bits = 32;            // storage bits per element (native: 32)
+  bool is_float8 = false;   // OCP FP8
+  bool is_integer = false;  // int8/uint8/int4
+  bool is_signed = true;    // integer formats only
   Granularity default_granularity = Granularity::kPerTensor;
 };
 DTypeTraits dtype_traits(DType d);

@@ -17,9 +17,9 @@ enum class ExitCode : int {
 
 // Where a value came from: a spec file position or a command-line override.
 struct SourceLoc {
-  std::string file;  // spec path, or "<override N>" for key=value arguments
-  int line = 0;      // 1-based; 0 = unknown
-  int column = 0;    // 1-based; 0 = unknown
+  std::string file;         // spec path, or "<override N>" for key=value arguments
+  int line = 0;             // 1-based; 0 = unknown
+  int column = 0;           // 1-based; 0 = unknown
   std::string str() const;  // "file:line:col" (parts that are known)
 };
 

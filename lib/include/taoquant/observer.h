@@ -18,17 +18,17 @@ namespace tq {
 
 // What the qparams are for.
 struct ObserverConfig {
-  DType dtype = DType::kUInt8;          // int8, uint8, int4, fp8_* (fp8: amax only)
+  DType dtype = DType::kUInt8;  // int8, uint8, int4, fp8_* (fp8: amax only)
   bool symmetric = false;
   bool per_channel = false;
-  int axis = 0;                          // channel axis when per_channel
-  bool reduce_range = false;             // 7-bit range, as PyTorch's reduce_range
+  int axis = 0;                                      // channel axis when per_channel
+  bool reduce_range = false;                         // 7-bit range, as PyTorch's reduce_range
   nlohmann::json kwargs = nlohmann::json::object();  // observer_or_fake_quant_kwargs
 };
 
 // Quantization parameters (PyTorch conventions: q = clamp(round(x/scale) + zp)).
 struct QParams {
-  std::vector<float> scale;       // 1 (per-tensor) or C (per-channel)
+  std::vector<float> scale;  // 1 (per-tensor) or C (per-channel)
   std::vector<int32_t> zero_point;
   int quant_min = 0, quant_max = 255;
   bool per_channel = false;
@@ -106,7 +106,7 @@ bool register_observer(const char* name, const char* help, const char* file, int
 
 }  // namespace tq
 
-#define TAOQUANT_REGISTER_OBSERVER(Class, name, help)                                  \
+#define TAOQUANT_REGISTER_OBSERVER(Class, name, help)                                   \
   static const bool TQ_OBS_CONCAT(tq_observer_registered_, __LINE__) [[maybe_unused]] = \
       ::tq::detail::register_observer<Class>(name, help, __FILE__, __LINE__)
 #define TQ_OBS_CONCAT_INNER(a, b) a##b

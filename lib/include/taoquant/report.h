@@ -32,7 +32,8 @@ nlohmann::json json_number(double v);
 
 // "144.0 KiB"
 std::string format_bytes(double bytes);
-// "[ 3/21] layer1.0.conv1  Conv2d [64,64,3,3]  fp32 -> int8/per_channel  144.0 KiB -> 36.1 KiB  SQNR 38.2 dB"
+// "[ 3/21] layer1.0.conv1  Conv2d [64,64,3,3]  fp32 -> int8/per_channel  144.0 KiB -> 36.1 KiB
+// SQNR 38.2 dB"
 std::string format_layer_line(const LayerResult& r, size_t index, size_t total, size_t name_width);
 // The end-of-run summary (sizes before/after, ratio, wall time, warnings).
 std::string format_quantize_summary(const QuantizeOutcome& out);
@@ -40,7 +41,8 @@ std::string format_quantize_summary(const QuantizeOutcome& out);
 std::string format_plan_table(const Plan& plan);
 
 // A simple left/right-aligned text table.
-std::string format_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+std::string format_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows,
                          const std::vector<bool>& right_align = {});
 
 }  // namespace tq

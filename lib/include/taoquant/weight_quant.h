@@ -16,23 +16,24 @@ namespace tq {
 fmt::WeightFormat weight_format_of(const TensorQuant& t);
 
 // Reads `layer.weight` (any float dtype) as float32 values.
-std::vector<float> read_weight(const torch::jit::Module& layer, std::vector<int64_t>* shape = nullptr);
+std::vector<float> read_weight(const torch::jit::Module& layer,
+                               std::vector<int64_t>* shape = nullptr);
 
 // Quantizes the weight of a planned layer of `model`.
 fmt::QuantizedWeight quantize_layer_weight(const torch::jit::Module& model, const LayerPlan& lp);
 
 // The same, with the qparam constraints that the backend `ctx` runs
 // declares (power-of-two scales, minimum scale, ...) applied to its scales.
-fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx, const torch::jit::Module& model,
-                                             const LayerPlan& lp);
+fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
+                                             const torch::jit::Module& model, const LayerPlan& lp);
 
 // Replaces `layer.weight` with the decoded values (keeping its dtype).
 void set_weight_values(torch::jit::Module& layer, const std::vector<float>& values);
 
 // A LayerResult filled from a quantized weight; `bytes_after` is what the
 // backend stores for it.
-LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight& q, size_t bytes_before,
-                                size_t bytes_after);
+LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight& q,
+                                size_t bytes_before, size_t bytes_after);
 
 }  // namespace tq
 

@@ -64,16 +64,15 @@ const EnumTable<Granularity>& granularity_table() {
 }
 
 const EnumTable<LayerKind>& layer_kind_table() {
-  static const EnumTable<LayerKind> t{
-      "layer kind",
-      {{LayerKind::kLinear, "Linear", "fully connected"},
-       {LayerKind::kConv1d, "Conv1d", ""},
-       {LayerKind::kConv2d, "Conv2d", ""},
-       {LayerKind::kConv3d, "Conv3d", ""},
-       {LayerKind::kConvTranspose1d, "ConvTranspose1d", ""},
-       {LayerKind::kConvTranspose2d, "ConvTranspose2d", ""},
-       {LayerKind::kConvTranspose3d, "ConvTranspose3d", ""}},
-      {}};
+  static const EnumTable<LayerKind> t{"layer kind",
+                                      {{LayerKind::kLinear, "Linear", "fully connected"},
+                                       {LayerKind::kConv1d, "Conv1d", ""},
+                                       {LayerKind::kConv2d, "Conv2d", ""},
+                                       {LayerKind::kConv3d, "Conv3d", ""},
+                                       {LayerKind::kConvTranspose1d, "ConvTranspose1d", ""},
+                                       {LayerKind::kConvTranspose2d, "ConvTranspose2d", ""},
+                                       {LayerKind::kConvTranspose3d, "ConvTranspose3d", ""}},
+                                      {}};
   return t;
 }
 

@@ -130,16 +130,20 @@ void validate_weight(const TensorQuant& q, const LayerInfo& layer, const SourceL
   }
   int rank = static_cast<int>(layer.weight_shape.size());
   if (q.granularity == Granularity::kPerChannel && (q.axis < 0 || q.axis >= rank)) {
-    throw SpecError(loc, rule + ": quant_axis " + std::to_string(q.axis) + " is out of range for layer '" +
-                             layer.name + "' whose weight has " + std::to_string(rank) +
-                             " dimensions (expected 0.." + std::to_string(rank - 1) + ")");
+    throw SpecError(loc, rule + ": quant_axis " + std::to_string(q.axis) +
+                             " is out of range for layer '" + layer.name + "' whose weight has " +
+                             std::to_string(rank) + " dimensions (expected 0.." +
+                             std::to_string(rank - 1) + ")");
   }
   if (q.granularity == Granularity::kPerGroup && q.group_size <= 0) {
-    throw SpecError(loc, rule + ": group_size must be positive, got " + std::to_string(q.group_size));
+    throw SpecError(loc,
+                    rule + ": group_size must be positive, got " + std::to_string(q.group_size));
   }
   if (q.dtype == DType::kUInt8 && q.symmetric) {
-    throw SpecError(loc, rule + ": uint8 weights are affine; 'symmetric: true' is not available for uint8 "
-                                "(use int8 for symmetric)");
+    throw SpecError(loc,
+                    rule +
+                        ": uint8 weights are affine; 'symmetric: true' is not available for uint8 "
+                        "(use int8 for symmetric)");
   }
 }
 
@@ -171,8 +175,8 @@ std::string TensorQuant::str() const {
 }
 
 size_t Plan::num_quantized() const {
-  return static_cast<size_t>(
-      std::count_if(layers.begin(), layers.end(), [](const LayerPlan& l) { return l.quantized(); }));
+  return static_cast<size_t>(std::count_if(layers.begin(), layers.end(),
+                                           [](const LayerPlan& l) { return l.quantized(); }));
 }
 
 const LayerPlan* Plan::find(const std::string& name) const {
@@ -232,12 +236,13 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
     plan.warnings.push_back("activation dtypes are ignored in mode weight_only_ptq");
   for (size_t i = 0; i < q.layers.size(); ++i)
     if (rule_hits[i] == 0)
-      plan.warnings.push_back(q.layers[i].loc.str() + ": layers[" + std::to_string(i) + "] module_name '" +
-                              q.layers[i].module_name + "' matches no quantizable layer");
+      plan.warnings.push_back(q.layers[i].loc.str() + ": layers[" + std::to_string(i) +
+                              "] module_name '" + q.layers[i].module_name +
+                              "' matches no quantizable layer");
   for (size_t j = 0; j < q.skip_names.size(); ++j)
     if (skip_hits[j] == 0)
-      plan.warnings.push_back(q.skip_names[j].loc.str() + ": skip_names[" + std::to_string(j) + "] '" +
-                              q.skip_names[j].pattern + "' matches no quantizable layer");
+      plan.warnings.push_back(q.skip_names[j].loc.str() + ": skip_names[" + std::to_string(j) +
+                              "] '" + q.skip_names[j].pattern + "' matches no quantizable layer");
   return plan;
 }
 

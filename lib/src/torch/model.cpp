@@ -47,17 +47,20 @@ torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bo
   std::string origin = from.file.empty() ? "" : " (from " + from.str() + ")";
   std::error_code ec;
   if (path.empty()) throw RuntimeError("no model path given" + origin);
-  if (!fs::exists(path, ec)) throw RuntimeError("model file '" + path + "' does not exist" + origin);
+  if (!fs::exists(path, ec))
+    throw RuntimeError("model file '" + path + "' does not exist" + origin);
   if (fs::is_directory(path, ec))
-    throw RuntimeError("model path '" + path + "' is a directory, expected a TorchScript file" + origin);
+    throw RuntimeError("model path '" + path + "' is a directory, expected a TorchScript file" +
+                       origin);
   {
     std::ifstream f(path, std::ios::binary);
-    if (!f) throw RuntimeError("cannot read model file '" + path + "': " + std::strerror(errno) + origin);
+    if (!f)
+      throw RuntimeError("cannot read model file '" + path + "': " + std::strerror(errno) + origin);
     char magic[4] = {0, 0, 0, 0};
     f.read(magic, 4);
     if (f.gcount() < 4 || !(magic[0] == 'P' && magic[1] == 'K'))
-      throw RuntimeError("model file '" + path + "' is not a TorchScript archive (not a zip file)" + origin +
-                         "; export the model with torch.jit.script(model).save(path)");
+      throw RuntimeError("model file '" + path + "' is not a TorchScript archive (not a zip file)" +
+                         origin + "; export the model with torch.jit.script(model).save(path)");
   }
   try {
     auto m = torch::jit::load(path, torch::kCPU);
@@ -68,7 +71,8 @@ torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bo
     throw RuntimeError("cannot load model '" + path + "' as TorchScript: " + msg + origin +
                        " (is the file truncated or not saved with torch.jit.save?)");
   } catch (const std::exception& e) {
-    throw RuntimeError("cannot load model '" + path + "' as TorchScript: " + first_line(e.what()) + origin);
+    throw RuntimeError("cannot load model '" + path + "' as TorchScript: " + first_line(e.what()) +
+                       origin);
   }
 }
 
@@ -124,7 +128,8 @@ namespace {
 
 std::string temp_path_for(const std::string& path) {
   fs::path p(path);
-  return (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  return (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(::getpid())))
+      .string();
 }
 
 void ensure_parent(const std::string& path) {
@@ -171,7 +176,8 @@ void save_module_atomic(const torch::jit::Module& model, const std::string& path
   try {
     model.save(os, extra);
   } catch (const c10::Error& e) {
-    throw RuntimeError("cannot save model to '" + path + "': " + first_line(e.what_without_backtrace()));
+    throw RuntimeError("cannot save model to '" + path +
+                       "': " + first_line(e.what_without_backtrace()));
   }
   write_file_atomic(path, os.str());
 }

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include <spdlog/spdlog.h>
-#include <torch/script.h>
 #include <torch/cuda.h>
+#include <torch/script.h>
 #include <torch/version.h>
 
 #include "taoquant/data.h"
@@ -34,10 +34,11 @@ void check_device(const Spec& spec) {
   const auto& dev = spec.quantize.device;
   if (dev == "cpu") return;
   if (!torch::cuda::is_available())
-    throw SpecError(spec.loc("quantize.device"),
-                    "quantize.device: '" + dev +
-                        "' requested, but this LibTorch build has no CUDA support (or no GPU is visible); "
-                        "use device: cpu, or build tao-quant against a CUDA-enabled LibTorch");
+    throw SpecError(
+        spec.loc("quantize.device"),
+        "quantize.device: '" + dev +
+            "' requested, but this LibTorch build has no CUDA support (or no GPU is visible); "
+            "use device: cpu, or build tao-quant against a CUDA-enabled LibTorch");
 }
 
 BackendRegistry::Resolved resolve_backend(const Spec& spec) {
@@ -113,7 +114,8 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
     } catch (const SpecError&) {
       throw;
     } catch (const Error& e) {
-      throw Error(e.code(), "backend '" + backend.requested + "' failed in " + what + ": " + e.what());
+      throw Error(e.code(),
+                  "backend '" + backend.requested + "' failed in " + what + ": " + e.what());
     } catch (const c10::Error& e) {
       std::string msg = opts.verbose ? e.what() : e.what_without_backtrace();
       throw RuntimeError("backend '" + backend.requested + "' failed in " + what + ": " + msg);
@@ -127,9 +129,11 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   double calib_s = 0;
   std::unique_ptr<DataLoader> loader;  // alive until the backend has finished
   ctx.on_progress = opts.on_progress;
-  if (auto* cal = dynamic_cast<Calibratable*>(quantizer.get()); cal && spec.quantize.mode == Mode::kStatic) {
+  if (auto* cal = dynamic_cast<Calibratable*>(quantizer.get());
+      cal && spec.quantize.mode == Mode::kStatic) {
     const auto& src = *spec.dataset.quant_calibration_dataset;
-    loader = make_data_loader(spec, src, "dataset.quant_calibration_dataset", /*want_labels=*/false);
+    loader =
+        make_data_loader(spec, src, "dataset.quant_calibration_dataset", /*want_labels=*/false);
     auto tc = Clock::now();
     stage("calibrate", [&] { cal->calibrate(ctx, *loader); });
     calib_s = since(tc);
@@ -148,11 +152,12 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   nlohmann::json layers_json = layers_to_json(out.plan, out.layers);
   ctx.extra_files["tao_quant_spec.json"] = spec.resolved.dump(2);
   ctx.extra_files["tao_quant_layers.json"] = layers_json.dump(2);
-  nlohmann::json meta{{"tool", tool_info()},
-                      {"backend", {{"requested", backend.requested}, {"resolved", backend.info->name}}},
-                      {"mode", std::string(to_string(spec.quantize.mode))},
-                      {"backend_meta", ctx.backend_meta},
-                      {"calibration", ctx.calibration}};
+  nlohmann::json meta{
+      {"tool", tool_info()},
+      {"backend", {{"requested", backend.requested}, {"resolved", backend.info->name}}},
+      {"mode", std::string(to_string(spec.quantize.mode))},
+      {"backend_meta", ctx.backend_meta},
+      {"calibration", ctx.calibration}};
   ctx.extra_files["tao_quant_meta.json"] = meta.dump(2);
 
   t0 = Clock::now();
@@ -161,24 +166,31 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
     // created or changed at the artifact path is removed (an older artifact
     // it never touched stays).
     std::error_code ec;
-    fs::create_directories(fs::path(out.artifact_path).parent_path(), ec);  // the backend writes into it
+    fs::create_directories(fs::path(out.artifact_path).parent_path(),
+                           ec);  // the backend writes into it
     const bool existed = fs::exists(out.artifact_path, ec);
-    const auto mtime = existed ? fs::last_write_time(out.artifact_path, ec) : fs::file_time_type::min();
+    const auto mtime =
+        existed ? fs::last_write_time(out.artifact_path, ec) : fs::file_time_type::min();
     try {
       stage("save_model", [&] { quantizer->save_model(ctx, out.artifact_path); });
     } catch (...) {
-      if (fs::exists(out.artifact_path, ec) && (!existed || fs::last_write_time(out.artifact_path, ec) != mtime))
+      if (fs::exists(out.artifact_path, ec) &&
+          (!existed || fs::last_write_time(out.artifact_path, ec) != mtime))
         fs::remove(out.artifact_path, ec);
       throw;
     }
   }
   double save_s = since(t0);
   if (!fs::exists(out.artifact_path))
-    throw RuntimeError("backend '" + backend.requested + "' did not write the artifact '" + out.artifact_path + "'");
+    throw RuntimeError("backend '" + backend.requested + "' did not write the artifact '" +
+                       out.artifact_path + "'");
   out.artifact_file_bytes = file_size_or_zero(out.artifact_path);
   out.total_seconds = since(t_start);
 
-  QuantizeReportInput in{spec, out, ctx.backend_meta, backend.info->origin,
+  QuantizeReportInput in{spec,
+                         out,
+                         ctx.backend_meta,
+                         backend.info->origin,
                          {{"load_s", load_s},
                           {"plan_s", plan_s},
                           {"calibrate_s", calib_s},

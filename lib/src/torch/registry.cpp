@@ -8,7 +8,8 @@
 namespace tq {
 
 BackendRegistry& BackendRegistry::instance() {
-  static BackendRegistry* r = new BackendRegistry();  // never destroyed: plugins may outlive statics
+  static BackendRegistry* r =
+      new BackendRegistry();  // never destroyed: plugins may outlive statics
   return *r;
 }
 
@@ -20,7 +21,8 @@ static std::string where(const BackendInfo& b) {
 static bool valid_backend_name(const std::string& n) {
   if (n.empty() || n.front() == '-' || n.front() == '.') return false;
   for (char c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+      return false;
   return true;
 }
 
@@ -29,8 +31,7 @@ static void validate_backend_info(const BackendInfo& b) {
   auto bad = [&](const std::string& what) {
     throw Error(ExitCode::kRuntime, "backend '" + b.name + "' (" + where(b) + "): " + what);
   };
-  if (!valid_backend_name(b.name))
-    bad("invalid name; use letters, digits, '_', '-' and '.'");
+  if (!valid_backend_name(b.name)) bad("invalid name; use letters, digits, '_', '-' and '.'");
   for (const auto& a : b.aliases)
     if (!valid_backend_name(a.name)) bad("invalid alias '" + a.name + "'");
   if (!b.factory) bad("no factory");
@@ -120,15 +121,16 @@ std::vector<std::string> BackendRegistry::all_names() const {
   return out;
 }
 
-BackendRegistry::Resolved BackendRegistry::resolve(const std::string& name, const SourceLoc& loc) const {
+BackendRegistry::Resolved BackendRegistry::resolve(const std::string& name,
+                                                   const SourceLoc& loc) const {
   Resolved r;
   r.requested = name;
   r.info = find(name);
   if (!r.info) {
     std::string known;
     for (const auto& n : all_names()) known += (known.empty() ? "" : ", ") + n;
-    throw SpecError(loc, "quantize.backend: unknown backend '" + name + "' (available: " + known + ")" +
-                             did_you_mean(name, all_names()));
+    throw SpecError(loc, "quantize.backend: unknown backend '" + name + "' (available: " + known +
+                             ")" + did_you_mean(name, all_names()));
   }
   r.modes = r.info->caps.modes;
   for (const auto& a : r.info->aliases) {
@@ -171,7 +173,8 @@ void check_dtype(const Spec& spec, const BackendRegistry::Resolved& b, DType d, 
   if (d == DType::kNative) return;
   const auto* allowed_p = weights ? &b.info->caps.weight_dtypes : &b.info->caps.activation_dtypes;
   for (const auto& dc : b.info->caps.dtype_configs)
-    if (dc.mode == spec.quantize.mode) allowed_p = weights ? &dc.weight_dtypes : &dc.activation_dtypes;
+    if (dc.mode == spec.quantize.mode)
+      allowed_p = weights ? &dc.weight_dtypes : &dc.activation_dtypes;
   const auto& allowed = *allowed_p;
   if (contains(allowed, d)) return;
   throw SpecError(spec.loc(key), key + ": " + backend_label(b) + " does not support " +
@@ -184,8 +187,8 @@ void check_dtype(const Spec& spec, const BackendRegistry::Resolved& b, DType d, 
 // observer_or_fake_quant_kwargs that contradict the backend's declared
 // qparam constraints (PyTorch's DTypeWithConstraints bounds, MQBench's
 // pot_scale): refused before any work, naming the bound.
-void check_constraint_kwargs(const Spec& spec, const BackendRegistry::Resolved& b, const TensorQuantSpec& t,
-                             const std::string& key) {
+void check_constraint_kwargs(const Spec& spec, const BackendRegistry::Resolved& b,
+                             const TensorQuantSpec& t, const std::string& key) {
   const auto& c = b.info->caps.constraints;
   const auto& kw = t.observer_kwargs;
   if (!kw.is_object()) return;
@@ -193,30 +196,36 @@ void check_constraint_kwargs(const Spec& spec, const BackendRegistry::Resolved& 
   auto int_kwarg = [&](const char* name) -> std::optional<long long> {
     auto it = kw.find(name);
     if (it == kw.end() || it->is_null()) return std::nullopt;
-    const bool integral = it->is_number_integer() ||
-                          (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
+    const bool integral =
+        it->is_number_integer() ||
+        (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
     if (!integral)
       throw SpecError(spec.loc(kkey + "." + name),
                       kkey + "." + name + ": expected an integer, got " + it->dump());
-    return it->is_number_integer() ? it->get<long long>() : static_cast<long long>(it->get<double>());
+    return it->is_number_integer() ? it->get<long long>()
+                                   : static_cast<long long>(it->get<double>());
   };
   auto qmin = int_kwarg("quant_min"), qmax = int_kwarg("quant_max");
   if (qmin && c.quant_min && *qmin < *c.quant_min)
     throw SpecError(spec.loc(kkey + ".quant_min"),
-                    kkey + ".quant_min: " + std::to_string(*qmin) + " is below the lower bound of " +
-                        backend_label(b) + " (allowed: quant_min >= " + std::to_string(*c.quant_min) + ")");
+                    kkey + ".quant_min: " + std::to_string(*qmin) +
+                        " is below the lower bound of " + backend_label(b) +
+                        " (allowed: quant_min >= " + std::to_string(*c.quant_min) + ")");
   if (qmax && c.quant_max && *qmax > *c.quant_max)
     throw SpecError(spec.loc(kkey + ".quant_max"),
-                    kkey + ".quant_max: " + std::to_string(*qmax) + " is above the upper bound of " +
-                        backend_label(b) + " (allowed: quant_max <= " + std::to_string(*c.quant_max) + ")");
+                    kkey + ".quant_max: " + std::to_string(*qmax) +
+                        " is above the upper bound of " + backend_label(b) +
+                        " (allowed: quant_max <= " + std::to_string(*c.quant_max) + ")");
   if (qmin && qmax && *qmin >= *qmax)
     throw SpecError(spec.loc(kkey + ".quant_min"), kkey + ": quant_min " + std::to_string(*qmin) +
-                                                       " must be below quant_max " + std::to_string(*qmax));
+                                                       " must be below quant_max " +
+                                                       std::to_string(*qmax));
   auto pot = kw.find("pot_scale");
   if (pot != kw.end() && pot->is_boolean() && !pot->get<bool>() && c.power_of_two_scale)
-    throw SpecError(spec.loc(kkey + ".pot_scale"),
-                    kkey + ".pot_scale: " + backend_label(b) +
-                        " supports power-of-two scales only (allowed: pot_scale: true, or leave it unset)");
+    throw SpecError(
+        spec.loc(kkey + ".pot_scale"),
+        kkey + ".pot_scale: " + backend_label(b) +
+            " supports power-of-two scales only (allowed: pot_scale: true, or leave it unset)");
 }
 
 }  // namespace
@@ -233,7 +242,8 @@ void check_capabilities(const Spec& spec, const BackendRegistry::Resolved& b) {
   }
   bool acts = q.mode != Mode::kWeightOnly;
   check_dtype(spec, b, q.default_layer_dtype, true, "quantize.default_layer_dtype");
-  if (acts) check_dtype(spec, b, q.default_activation_dtype, false, "quantize.default_activation_dtype");
+  if (acts)
+    check_dtype(spec, b, q.default_activation_dtype, false, "quantize.default_activation_dtype");
   for (size_t i = 0; i < q.layers.size(); ++i) {
     const auto& r = q.layers[i];
     std::string base = "quantize.layers." + std::to_string(i);
@@ -244,7 +254,8 @@ void check_capabilities(const Spec& spec, const BackendRegistry::Resolved& b) {
       if (t->dtype && (w == 0 || acts)) check_dtype(spec, b, *t->dtype, w == 0, key + ".dtype");
       if (t->granularity && !contains(caps.granularities, *t->granularity))
         throw SpecError(spec.loc(key + ".granularity"),
-                        key + ".granularity: " + backend_label(b) + " does not support granularity '" +
+                        key + ".granularity: " + backend_label(b) +
+                            " does not support granularity '" +
                             std::string(to_string(*t->granularity)) +
                             "' (supported: " + join_enum(caps.granularities) + ")");
       if (t->symmetric && !*t->symmetric && caps.constraints.symmetric_only)
@@ -256,27 +267,28 @@ void check_capabilities(const Spec& spec, const BackendRegistry::Resolved& b) {
   }
 }
 
-void check_plan_capabilities(const Spec& spec, const Plan& plan, const BackendRegistry::Resolved& b) {
+void check_plan_capabilities(const Spec& spec, const Plan& plan,
+                             const BackendRegistry::Resolved& b) {
   const auto& caps = b.info->caps;
   for (const auto& l : plan.layers) {
     if (!l.quantized()) continue;
     if (!contains(caps.layer_kinds, l.info.kind)) {
       std::string key = l.rule_index >= 0 ? "quantize.layers." + std::to_string(l.rule_index)
                                           : "quantize.default_layer_dtype";
-      throw SpecError(spec.loc(key), "layer '" + l.info.name + "' (" + l.info.class_name + ", decided by " +
-                                         l.decided_by + "): " + backend_label(b) +
-                                         " cannot quantize layer kind " + std::string(to_string(l.info.kind)) +
-                                         " (supported: " + join_enum(caps.layer_kinds) +
-                                         "); add it to skip_names");
+      throw SpecError(spec.loc(key), "layer '" + l.info.name + "' (" + l.info.class_name +
+                                         ", decided by " + l.decided_by + "): " + backend_label(b) +
+                                         " cannot quantize layer kind " +
+                                         std::string(to_string(l.info.kind)) + " (supported: " +
+                                         join_enum(caps.layer_kinds) + "); add it to skip_names");
     }
     for (int w = 0; w < 2; ++w) {
       const TensorQuant& t = w == 0 ? l.weights : l.activations;
       if (!t.quantized() || (w == 1 && plan.mode == Mode::kWeightOnly)) continue;
       if (!contains(caps.granularities, t.granularity)) {
-        std::string key = l.rule_index >= 0 ? "quantize.layers." + std::to_string(l.rule_index)
-                                            : "quantize";
-        throw SpecError(spec.loc(key), "layer '" + l.info.name + "' (decided by " + l.decided_by + "): " +
-                                           backend_label(b) + " does not support " +
+        std::string key =
+            l.rule_index >= 0 ? "quantize.layers." + std::to_string(l.rule_index) : "quantize";
+        throw SpecError(spec.loc(key), "layer '" + l.info.name + "' (decided by " + l.decided_by +
+                                           "): " + backend_label(b) + " does not support " +
                                            (w == 0 ? "weight" : "activation") + " granularity '" +
                                            std::string(to_string(t.granularity)) +
                                            "' (supported: " + join_enum(caps.granularities) + ")");
@@ -293,7 +305,8 @@ nlohmann::json backend_to_json(const BackendInfo& b) {
   };
   nlohmann::json aliases = nlohmann::json::array();
   for (const auto& a : b.aliases)
-    aliases.push_back({{"name", a.name}, {"modes", names(a.modes.empty() ? b.caps.modes : a.modes)},
+    aliases.push_back({{"name", a.name},
+                       {"modes", names(a.modes.empty() ? b.caps.modes : a.modes)},
                        {"note", a.note}});
   const auto& c = b.caps.constraints;
   nlohmann::json cons{{"symmetric_only", c.symmetric_only},

@@ -70,7 +70,9 @@ nlohmann::json make_quantize_report(const QuantizeReportInput& in) {
     wa += r.bytes_after;
     if (!r.kept_float) ++nq;
   }
-  auto ratio = [](size_t a, size_t b) { return b ? json_number(double(a) / double(b)) : nlohmann::json(nullptr); };
+  auto ratio = [](size_t a, size_t b) {
+    return b ? json_number(double(a) / double(b)) : nlohmann::json(nullptr);
+  };
   return {{"schema_version", kQuantizeReportSchema},
           {"command", "quantize"},
           {"tool", tool_info()},
@@ -104,7 +106,8 @@ std::string format_layer_line(const LayerResult& r, size_t index, size_t total, 
   char head[32];
   std::snprintf(head, sizeof head, ("[%" + idx_w + "zu/%zu] ").c_str(), index + 1, total);
   std::ostringstream os;
-  os << head << r.name << std::string(name_width > r.name.size() ? name_width - r.name.size() : 0, ' ') << "  "
+  os << head << r.name
+     << std::string(name_width > r.name.size() ? name_width - r.name.size() : 0, ' ') << "  "
      << r.class_name << " " << shape_str(r.weight_shape) << "  ";
   if (r.kept_float) {
     os << "float (" << r.reason << ")";
@@ -112,7 +115,8 @@ std::string format_layer_line(const LayerResult& r, size_t index, size_t total, 
   }
   os << "fp32 -> " << r.weight_format;
   if (r.activation_format != "float") os << ", act " << r.activation_format;
-  os << "  " << format_bytes(double(r.bytes_before)) << " -> " << format_bytes(double(r.bytes_after));
+  os << "  " << format_bytes(double(r.bytes_before)) << " -> "
+     << format_bytes(double(r.bytes_after));
   if (std::isfinite(r.weight_sqnr_db))
     os << "  SQNR " << fixed(r.weight_sqnr_db, 1) << " dB";
   else
@@ -131,11 +135,16 @@ std::string format_quantize_summary(const QuantizeOutcome& out) {
   std::ostringstream os;
   os << "\nbackend " << out.requested_backend;
   if (out.requested_backend != out.resolved_backend) os << " (" << out.resolved_backend << ")";
-  os << ", " << to_string(out.plan.mode) << ": " << nq << "/" << out.layers.size() << " layers quantized\n";
+  os << ", " << to_string(out.plan.mode) << ": " << nq << "/" << out.layers.size()
+     << " layers quantized\n";
   std::vector<std::vector<std::string>> rows = {
-      {"weights", format_bytes(double(wb)), format_bytes(double(wa)), wb ? fixed(double(wa) / double(wb), 3) + "x" : "-"},
-      {"model file", format_bytes(double(out.model_file_bytes)), format_bytes(double(out.artifact_file_bytes)),
-       out.model_file_bytes ? fixed(double(out.artifact_file_bytes) / double(out.model_file_bytes), 3) + "x" : "-"}};
+      {"weights", format_bytes(double(wb)), format_bytes(double(wa)),
+       wb ? fixed(double(wa) / double(wb), 3) + "x" : "-"},
+      {"model file", format_bytes(double(out.model_file_bytes)),
+       format_bytes(double(out.artifact_file_bytes)),
+       out.model_file_bytes
+           ? fixed(double(out.artifact_file_bytes) / double(out.model_file_bytes), 3) + "x"
+           : "-"}};
   os << format_table({"", "before", "after", "ratio"}, rows, {false, true, true, true});
   os << "artifact: " << out.artifact_path << "\nreport:   " << out.report_path << "\n";
   os << "time:     " << fixed(out.total_seconds, 2) << " s\n";
@@ -147,19 +156,22 @@ std::string format_plan_table(const Plan& plan) {
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     const auto& l = plan.layers[i];
-    rows.push_back({std::to_string(i + 1), l.info.name, l.info.class_name, shape_str(l.info.weight_shape),
-                    l.weights.str(), l.activations.str(), l.decided_by});
+    rows.push_back({std::to_string(i + 1), l.info.name, l.info.class_name,
+                    shape_str(l.info.weight_shape), l.weights.str(), l.activations.str(),
+                    l.decided_by});
   }
   std::ostringstream os;
-  os << format_table({"#", "layer", "class", "weight shape", "weights", "activations", "decided by"}, rows,
-                     {true, false, false, false, false, false, false});
-  os << plan.num_quantized() << "/" << plan.layers.size() << " layers quantized, mode " << to_string(plan.mode)
-     << "\n";
+  os << format_table(
+      {"#", "layer", "class", "weight shape", "weights", "activations", "decided by"}, rows,
+      {true, false, false, false, false, false, false});
+  os << plan.num_quantized() << "/" << plan.layers.size() << " layers quantized, mode "
+     << to_string(plan.mode) << "\n";
   for (const auto& w : plan.warnings) os << "warning: " << w << "\n";
   return os.str();
 }
 
-std::string format_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+std::string format_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows,
                          const std::vector<bool>& right) {
   std::vector<size_t> w(header.size(), 0);
   for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();

@@ -42,8 +42,8 @@ void set_weight_values(torch::jit::Module& layer, const std::vector<float>& valu
   layer.setattr("weight", t);
 }
 
-LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight& q, size_t bytes_before,
-                                size_t bytes_after) {
+LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight& q,
+                                size_t bytes_before, size_t bytes_after) {
   LayerResult r;
   r.name = lp.info.name;
   r.class_name = lp.info.class_name;
@@ -73,13 +73,15 @@ LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight&
 
 namespace tq {
 
-fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx, const torch::jit::Module& model,
-                                             const LayerPlan& lp) {
+fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
+                                             const torch::jit::Module& model, const LayerPlan& lp) {
   const BackendInfo* backend = BackendRegistry::instance().find(ctx.resolved_backend);
-  if (!backend || !constraints_active(backend->caps.constraints)) return quantize_layer_weight(model, lp);
+  if (!backend || !constraints_active(backend->caps.constraints))
+    return quantize_layer_weight(model, lp);
   std::vector<int64_t> shape;
   auto values = read_weight(find_submodule(model, lp.info.name), &shape);
-  return quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights), backend->caps.constraints);
+  return quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights),
+                                     backend->caps.constraints);
 }
 
 void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {

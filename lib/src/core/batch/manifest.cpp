@@ -347,7 +347,8 @@ std::string manifest_hash(const Manifest& m) {
       // Paths resolved against the manifest's directory hash as written.
       std::string o = j.overrides[i];
       if (!m.dir.empty())
-        for (size_t p; (p = o.find(m.dir + "/")) != std::string::npos;) o.erase(p, m.dir.size() + 1);
+        for (size_t p; (p = o.find(m.dir + "/")) != std::string::npos;)
+          o.erase(p, m.dir.size() + 1);
       field(o);
     }
     field(j.evaluate ? "evaluate" : "quantize");

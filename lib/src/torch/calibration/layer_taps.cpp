@@ -31,7 +31,9 @@ at::Tensor tap_op(const at::Tensor& x, int64_t id) {
   return x;
 }
 
-TORCH_LIBRARY_FRAGMENT(taoquant, m) { m.def("tap(Tensor(a) x, int id) -> Tensor(a)", tap_op); }
+TORCH_LIBRARY_FRAGMENT(taoquant, m) {
+  m.def("tap(Tensor(a) x, int id) -> Tensor(a)", tap_op);
+}
 
 // "a.b.c" for GetAttr[c](GetAttr[b](GetAttr[a](self))); nullopt if the value
 // is not such a chain.
@@ -47,27 +49,54 @@ std::optional<std::string> attr_path(Value* v) {
 }
 
 bool is_layer_op(const Node* n) {
-  static const std::set<std::string> kOps = {"aten::conv1d",  "aten::conv2d", "aten::conv3d",
+  static const std::set<std::string> kOps = {"aten::conv1d", "aten::conv2d", "aten::conv3d",
                                              "aten::_convolution", "aten::linear"};
   return kOps.count(n->kind().toQualString()) > 0;
 }
 
-bool is_observe(const Node* n) { return std::string(n->kind().toQualString()) == "taoquant::observe"; }
+bool is_observe(const Node* n) {
+  return std::string(n->kind().toQualString()) == "taoquant::observe";
+}
 
 // Ops that carry their input's quantization through unchanged (LibTorch's
 // "general ops" for static quantization): the observer of their input is the
 // observer of their output.
 bool passes_quantization(const Node* n) {
-  static const std::set<std::string> kOps = {
-      "aten::max_pool1d",  "aten::max_pool2d",   "aten::max_pool3d",    "aten::adaptive_max_pool2d",
-      "aten::avg_pool1d",  "aten::avg_pool2d",   "aten::avg_pool3d",    "aten::adaptive_avg_pool1d",
-      "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d", "aten::flatten", "aten::reshape",
-      "aten::view",        "aten::relu",         "aten::relu_",         "aten::dropout",
-      "aten::dropout_",    "aten::contiguous",   "aten::permute",       "aten::transpose",
-      "aten::squeeze",     "aten::unsqueeze",    "aten::hardtanh",      "aten::hardtanh_",
-      "aten::clamp",       "aten::detach",       "aten::mean",          "aten::upsample_nearest2d",
-      "aten::__getitem__", "prim::TupleIndex",   "prim::ListUnpack",    "aten::chunk",
-      "aten::select",      "aten::slice",        "aten::t"};
+  static const std::set<std::string> kOps = {"aten::max_pool1d",
+                                             "aten::max_pool2d",
+                                             "aten::max_pool3d",
+                                             "aten::adaptive_max_pool2d",
+                                             "aten::avg_pool1d",
+                                             "aten::avg_pool2d",
+                                             "aten::avg_pool3d",
+                                             "aten::adaptive_avg_pool1d",
+                                             "aten::adaptive_avg_pool2d",
+                                             "aten::adaptive_avg_pool3d",
+                                             "aten::flatten",
+                                             "aten::reshape",
+                                             "aten::view",
+                                             "aten::relu",
+                                             "aten::relu_",
+                                             "aten::dropout",
+                                             "aten::dropout_",
+                                             "aten::contiguous",
+                                             "aten::permute",
+                                             "aten::transpose",
+                                             "aten::squeeze",
+                                             "aten::unsqueeze",
+                                             "aten::hardtanh",
+                                             "aten::hardtanh_",
+                                             "aten::clamp",
+                                             "aten::detach",
+                                             "aten::mean",
+                                             "aten::upsample_nearest2d",
+                                             "aten::__getitem__",
+                                             "prim::TupleIndex",
+                                             "prim::ListUnpack",
+                                             "aten::chunk",
+                                             "aten::select",
+                                             "aten::slice",
+                                             "aten::t"};
   return kOps.count(n->kind().toQualString()) > 0;
 }
 
@@ -91,7 +120,8 @@ std::optional<std::string> observer_of(Value* v) {
 std::optional<std::string> layer_of(Node* n) {
   Value* w = n->input(1);
   if (is_observe(w->node())) w = w->node()->input(0);
-  if (w->node()->kind() != prim::GetAttr || w->node()->s(torch::jit::attr::name) != "weight") return std::nullopt;
+  if (w->node()->kind() != prim::GetAttr || w->node()->s(torch::jit::attr::name) != "weight")
+    return std::nullopt;
   return attr_path(w->node()->input(0));
 }
 
@@ -131,7 +161,9 @@ void inline_everything(torch::jit::Graph& g) {
 NoGraphOptimization::NoGraphOptimization() : previous_(torch::jit::getGraphExecutorOptimize()) {
   torch::jit::setGraphExecutorOptimize(false);
 }
-NoGraphOptimization::~NoGraphOptimization() { torch::jit::setGraphExecutorOptimize(previous_); }
+NoGraphOptimization::~NoGraphOptimization() {
+  torch::jit::setGraphExecutorOptimize(previous_);
+}
 
 std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed) {
   std::map<std::string, std::string> out;

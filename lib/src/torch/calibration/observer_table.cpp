@@ -40,13 +40,16 @@ std::tuple<at::Tensor, at::Tensor> qparams_op(int64_t id) {
 
 // Resolves `taoquant.<op>` in TorchScript source defined from C++.
 struct OpsResolver : public torch::jit::Resolver {
-  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction&,
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name,
+                                                         torch::jit::GraphFunction&,
                                                          const torch::jit::SourceRange&) override {
     if (name == "torch") return std::make_shared<torch::jit::BuiltinModule>("aten");
     if (name == "taoquant") return std::make_shared<torch::jit::BuiltinModule>("taoquant");
     return nullptr;
   }
-  c10::TypePtr resolveType(const std::string&, const torch::jit::SourceRange&) override { return nullptr; }
+  c10::TypePtr resolveType(const std::string&, const torch::jit::SourceRange&) override {
+    return nullptr;
+  }
 };
 
 c10::ScalarType torch_qtype(DType d) {
@@ -79,7 +82,9 @@ ObserverTable::~ObserverTable() {
   if (g_active == this) g_active = previous_;
 }
 
-ObserverTable* ObserverTable::active() { return g_active; }
+ObserverTable* ObserverTable::active() {
+  return g_active;
+}
 
 int ObserverTable::add_template(ObserverTemplate t) {
   // Fails early (SpecError with location) for an unknown observer or kwargs.
@@ -92,10 +97,12 @@ torch::jit::Module ObserverTable::make_module(int template_id) const {
   const auto& t = templates_.at(static_cast<size_t>(template_id));
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
   torch::jit::Module m("__torch__.taoquant.Observer", cu, true);
-  c10::QScheme qscheme = t.cfg.per_channel ? (t.cfg.symmetric ? c10::kPerChannelSymmetric : c10::kPerChannelAffine)
-                                           : (t.cfg.symmetric ? c10::kPerTensorSymmetric : c10::kPerTensorAffine);
+  c10::QScheme qscheme =
+      t.cfg.per_channel ? (t.cfg.symmetric ? c10::kPerChannelSymmetric : c10::kPerChannelAffine)
+                        : (t.cfg.symmetric ? c10::kPerTensorSymmetric : c10::kPerTensorAffine);
   m.register_attribute("training", c10::BoolType::get(), false);
-  m.register_attribute("dtype", c10::IntType::get(), static_cast<int64_t>(torch_qtype(t.cfg.dtype)));
+  m.register_attribute("dtype", c10::IntType::get(),
+                       static_cast<int64_t>(torch_qtype(t.cfg.dtype)));
   m.register_attribute("qscheme", c10::IntType::get(), static_cast<int64_t>(qscheme));
   m.register_attribute("ch_axis", c10::IntType::get(), static_cast<int64_t>(t.cfg.axis));
   m.register_attribute("tq_template", c10::IntType::get(), static_cast<int64_t>(template_id));
@@ -113,7 +120,9 @@ def calculate_qparams(self):
 
 namespace {
 
-bool is_observer_name(const std::string& n) { return n.find("_observer_") != std::string::npos; }
+bool is_observer_name(const std::string& n) {
+  return n.find("_observer_") != std::string::npos;
+}
 
 std::string join_path(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
@@ -141,7 +150,8 @@ std::string descend_input(const torch::jit::Module& m, const std::string& path) 
 
 // What value an observer call observes, in words: "<layer>:input",
 // "<layer>:weight", "<module>:output" or "<module>:<op>".
-std::string label_for(torch::jit::Node* call, const torch::jit::Module& owner, const std::string& prefix) {
+std::string label_for(torch::jit::Node* call, const torch::jit::Module& owner,
+                      const std::string& prefix) {
   using namespace torch::jit;
   Value* v = call->input(1);
   Node* def = v->node();
@@ -165,11 +175,12 @@ std::string label_for(torch::jit::Node* call, const torch::jit::Module& owner, c
   return prefix + ":" + std::string(def->kind().toUnqualString());
 }
 
-void collect_labels(torch::jit::Block* b, const torch::jit::Module& owner, const std::string& prefix,
-                    std::map<std::string, std::string>& out) {
+void collect_labels(torch::jit::Block* b, const torch::jit::Module& owner,
+                    const std::string& prefix, std::map<std::string, std::string>& out) {
   using namespace torch::jit;
   for (Node* n : b->nodes()) {
-    if (n->kind() == prim::CallMethod && n->inputs().size() == 2 && n->input(0)->node()->kind() == prim::GetAttr &&
+    if (n->kind() == prim::CallMethod && n->inputs().size() == 2 &&
+        n->input(0)->node()->kind() == prim::GetAttr &&
         is_observer_name(n->input(0)->node()->s(attr::name)))
       out[n->input(0)->node()->s(attr::name)] = label_for(n, owner, prefix);
     for (Block* sub : n->blocks()) collect_labels(sub, owner, prefix, out);
@@ -194,7 +205,8 @@ size_t complete_shared_observers(torch::jit::Module& root) {
     const auto type = m.type();
     const auto obj = m._ivalue();
     for (size_t i = 0; i < type->numAttributes(); ++i) {
-      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module()) continue;
+      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module())
+        continue;
       if (i >= obj->slots().size() || !obj->getSlot(i).isObject()) continue;
       torch::jit::Module child(obj->getSlot(i).toObject());
       if (is_observer_name(type->getAttributeName(i)))
@@ -225,45 +237,48 @@ size_t complete_shared_observers(torch::jit::Module& root) {
 void ObserverTable::bind(torch::jit::Module& observed) {
   if (size_t n = complete_shared_observers(observed))
     spdlog::debug("{} observer(s) copied to module instances that share a type", n);
-  std::function<void(torch::jit::Module&, const std::string&)> walk = [&](torch::jit::Module& m,
-                                                                           const std::string& prefix) {
-    std::map<std::string, std::string> labels;
-    for (const auto& method : m.get_methods()) collect_labels(method.graph()->block(), m, prefix, labels);
-    // Module attributes by slot: LibTorch's InsertObservers adds observer
-    // attributes to a module type shared by several instances, and an
-    // instance it never visited (one that forward does not call) has no
-    // value for them; named_children() would read past its slots.
-    const auto type = m.type();
-    const auto obj = m._ivalue();
-    for (size_t i = 0; i < type->numAttributes(); ++i) {
-      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module()) continue;
-      const std::string name = type->getAttributeName(i);
-      if (i >= obj->slots().size() || !obj->getSlot(i).isObject()) {
-        spdlog::debug("{}: module attribute '{}' has no value (not called by forward)", prefix, name);
-        continue;
-      }
-      struct {
-        std::string name;
-        torch::jit::Module value;
-      } child{name, torch::jit::Module(obj->getSlot(i).toObject())};
-      torch::jit::Module c = child.value;
-      if (!is_observer_name(child.name)) {
-        walk(c, join_path(prefix, child.name));
-        continue;
-      }
-      auto slot = std::make_unique<ObserverSlot>();
-      slot->id = static_cast<int64_t>(slots_.size());
-      slot->template_id = static_cast<int>(c.attr("tq_template").toInt());
-      slot->path = join_path(prefix, child.name);
-      auto it = labels.find(child.name);
-      slot->label = it != labels.end() ? it->second : slot->path;
-      spdlog::debug("observer {} watches {}", slot->path, slot->label);
-      const auto& t = templates_.at(static_cast<size_t>(slot->template_id));
-      slot->obs = ObserverRegistry::instance().create(t.observer, t.cfg, t.loc);
-      c.setattr("tq_id", slot->id);
-      slots_.push_back(std::move(slot));
-    }
-  };
+  std::function<void(torch::jit::Module&, const std::string&)> walk =
+      [&](torch::jit::Module& m, const std::string& prefix) {
+        std::map<std::string, std::string> labels;
+        for (const auto& method : m.get_methods())
+          collect_labels(method.graph()->block(), m, prefix, labels);
+        // Module attributes by slot: LibTorch's InsertObservers adds observer
+        // attributes to a module type shared by several instances, and an
+        // instance it never visited (one that forward does not call) has no
+        // value for them; named_children() would read past its slots.
+        const auto type = m.type();
+        const auto obj = m._ivalue();
+        for (size_t i = 0; i < type->numAttributes(); ++i) {
+          if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module())
+            continue;
+          const std::string name = type->getAttributeName(i);
+          if (i >= obj->slots().size() || !obj->getSlot(i).isObject()) {
+            spdlog::debug("{}: module attribute '{}' has no value (not called by forward)", prefix,
+                          name);
+            continue;
+          }
+          struct {
+            std::string name;
+            torch::jit::Module value;
+          } child{name, torch::jit::Module(obj->getSlot(i).toObject())};
+          torch::jit::Module c = child.value;
+          if (!is_observer_name(child.name)) {
+            walk(c, join_path(prefix, child.name));
+            continue;
+          }
+          auto slot = std::make_unique<ObserverSlot>();
+          slot->id = static_cast<int64_t>(slots_.size());
+          slot->template_id = static_cast<int>(c.attr("tq_template").toInt());
+          slot->path = join_path(prefix, child.name);
+          auto it = labels.find(child.name);
+          slot->label = it != labels.end() ? it->second : slot->path;
+          spdlog::debug("observer {} watches {}", slot->path, slot->label);
+          const auto& t = templates_.at(static_cast<size_t>(slot->template_id));
+          slot->obs = ObserverRegistry::instance().create(t.observer, t.cfg, t.loc);
+          c.setattr("tq_id", slot->id);
+          slots_.push_back(std::move(slot));
+        }
+      };
   walk(observed, "");
 }
 
@@ -302,8 +317,9 @@ const QParams& ObserverTable::qparams(int64_t id) {
   auto& s = *slots_[static_cast<size_t>(id)];
   if (!s.qparams) {
     if (s.calls == 0)
-      throw RuntimeError("observer for '" + s.label +
-                         "' saw no data during calibration (is that part of the model unused for these inputs?)");
+      throw RuntimeError(
+          "observer for '" + s.label +
+          "' saw no data during calibration (is that part of the model unused for these inputs?)");
     s.qparams = apply_constraints(s.obs->finalize(), constraints_);
   }
   return *s.qparams;

@@ -33,7 +33,9 @@ bool record_branch_op(bool cond, int64_t id) {
   return cond;
 }
 
-TORCH_LIBRARY_FRAGMENT(taoquant, m) { m.def("record_branch(bool cond, int id) -> bool", record_branch_op); }
+TORCH_LIBRARY_FRAGMENT(taoquant, m) {
+  m.def("record_branch(bool cond, int id) -> bool", record_branch_op);
+}
 
 using torch::jit::Block;
 using torch::jit::Graph;
@@ -71,7 +73,8 @@ void inline_branch(Node* n, size_t which) {
     Node* inner = *it++;
     inner->moveBefore(n);
   }
-  for (size_t i = 0; i < n->outputs().size(); ++i) n->outputs()[i]->replaceAllUsesWith(body->outputs()[i]);
+  for (size_t i = 0; i < n->outputs().size(); ++i)
+    n->outputs()[i]->replaceAllUsesWith(body->outputs()[i]);
   n->destroy();
 }
 
@@ -83,7 +86,8 @@ struct Site {
 
 }  // namespace
 
-std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model, const std::vector<at::Tensor>& sample) {
+std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model,
+                                              const std::vector<at::Tensor>& sample) {
   // All method graphs, once per type (types are shared between instances).
   std::vector<std::shared_ptr<Graph>> graphs;
   std::set<c10::ClassType*> seen;
@@ -100,7 +104,8 @@ std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model, const s
     for (Node* n : ifs) {
       torch::jit::WithInsertPoint guard(n);
       Value* id = g->insertConstant(static_cast<int64_t>(sites.size()));
-      Node* rec = g->create(c10::Symbol::fromQualString("taoquant::record_branch"), {n->input(0), id}, 1);
+      Node* rec =
+          g->create(c10::Symbol::fromQualString("taoquant::record_branch"), {n->input(0), id}, 1);
       rec->output()->setType(c10::BoolType::get());
       g->insertNode(rec);
       n->replaceInput(0, rec->output());
