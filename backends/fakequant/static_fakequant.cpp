@@ -59,13 +59,6 @@ std::string act_format(const TensorQuant& t) {
   return std::string(to_string(t.dtype)) + "/per_tensor";
 }
 
-double sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
-  auto r = ref.to(at::kDouble), e = r - x.to(at::kDouble);
-  double num = r.pow(2).sum().item<double>(), den = e.pow(2).sum().item<double>();
-  if (den == 0) return INFINITY;
-  return 10.0 * std::log10(num / std::max(den, 1e-300));
-}
-
 }  // namespace
 
 struct StaticFakeQuant::Session {
@@ -224,7 +217,7 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
     auto ref = ctx.model.forward(in), out = result.forward(in);
     if (ref.isTensor() && out.isTensor())
       ctx.backend_meta["holdout_output_sqnr_db"] =
-          json_number(sqnr_db(ref.toTensor(), out.toTensor()));
+          json_number(tensor_sqnr_db(ref.toTensor(), out.toTensor()));
   }
   for (const auto& lp : ctx.plan.layers) {
     auto layer = find_submodule(result, lp.info.name);
@@ -244,15 +237,8 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
     if (a != act.end()) {
       const QParams& q = a->second;
       r.activation_format = act_format(lp.activations);
-      r.extra["activation"] = {
-          {"observer",
-           s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]))->obs->name()},
-          {"min", q.min_val},
-          {"max", q.max_val},
-          {"clip_min", q.clip_min},
-          {"clip_max", q.clip_max},
-          {"scale", q.scale.at(0)},
-          {"zero_point", q.zero_point.empty() ? 0 : q.zero_point.at(0)}};
+      r.extra["activation"] = activation_stats(
+          q, s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]))->obs->name());
     } else if (lp.activations.quantized() && !lp.skipped) {
       r.reason = "activations left float: the calibration data never reached this layer";
     }
@@ -264,7 +250,7 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
     if (fi != float_inputs.end() && qi != fq_inputs.end()) {
       auto ref_y = find_submodule(ctx.model, lp.info.name).forward({fi->second}).toTensor();
       r.extra["output_sqnr_db"] =
-          json_number(sqnr_db(ref_y, layer.forward({qi->second}).toTensor()));
+          json_number(tensor_sqnr_db(ref_y, layer.forward({qi->second}).toTensor()));
     }
     ctx.add_layer_result(std::move(r));
   }

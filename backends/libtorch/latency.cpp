@@ -133,10 +133,8 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(
     auto oi = input_observers.find(lp.info.name);
     if (xi == inputs.end() || oi == input_observers.end()) continue;
     const at::Tensor* x = &xi->second;
-    const ObserverSlot* ws = nullptr;
+    const ObserverSlot* ws = table.find_label(lp.info.name + ":weight");
     const ObserverSlot* as = table.find_path(oi->second);
-    for (const auto& s : table.slots())
-      if (s->label == lp.info.name + ":weight") ws = s.get();
     if (!ws || !as) continue;
     try {
       auto layer = find_submodule(folded, lp.info.name);

@@ -136,11 +136,19 @@ std::vector<at::Tensor> slice_batch(const std::vector<at::Tensor>& in, int64_t n
   return out;
 }
 
-double sqnr(const at::Tensor& ref, const at::Tensor& x) {
-  auto r = ref.to(at::kDouble).flatten(), e = (ref.to(at::kDouble) - x.to(at::kDouble)).flatten();
-  double num = r.pow(2).sum().item<double>(), den = e.pow(2).sum().item<double>();
-  if (den == 0) return INFINITY;
-  return 10.0 * std::log10(num / std::max(den, 1e-300));
+// Fills a layer result from its int8 weight qparams: scale range, weight
+// SQNR and stored bytes. Returns the weight rounded to its grid.
+at::Tensor weight_result(LayerResult& r, const at::Tensor& w, const QParams& wq) {
+  auto [mn, mx] = std::minmax_element(wq.scale.begin(), wq.scale.end());
+  r.scale_min = *mn;
+  r.scale_max = *mx;
+  auto scales = torch::tensor(wq.scale, torch::kFloat);
+  auto fq = wq.per_channel ? at::fake_quantize_per_channel_affine(
+                                 w, scales, torch::zeros_like(scales).to(at::kInt), 0, -128, 127)
+                           : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
+  r.weight_sqnr_db = tensor_sqnr_db(w, fq);
+  r.bytes_after = static_cast<size_t>(w.numel()) + wq.scale.size() * 8;
+  return fq;
 }
 
 bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
@@ -429,12 +437,6 @@ Module convert_observed(Module& observed) {
                           QuantType::STATIC);
 }
 
-const ObserverSlot* find_slot(const ObserverTable& t, const std::string& label) {
-  for (const auto& s : t.slots())
-    if (s->label == label) return s.get();
-  return nullptr;
-}
-
 const ObserverSlot* input_slot(const ObserverTable& t,
                                const std::map<std::string, std::string>& inputs,
                                const std::string& layer) {
@@ -505,7 +507,7 @@ void StaticPtq::convert(QuantizeContext& ctx) {
     auto ref = ctx.model.forward(in), out = q.forward(in);
     if (ref.isTensor() && out.isTensor())
       ctx.backend_meta["holdout_output_sqnr_db"] =
-          json_number(sqnr(ref.toTensor(), out.toTensor()));
+          json_number(tensor_sqnr_db(ref.toTensor(), out.toTensor()));
   }
 
   // Per-layer results: each layer's input observer, and its float input on
@@ -531,29 +533,16 @@ void StaticPtq::convert(QuantizeContext& ctx) {
       ctx.add_layer_result(std::move(r));
       continue;
     }
-    const ObserverSlot* ws = find_slot(*s.table, lp.info.name + ":weight");
+    const ObserverSlot* ws = s.table->find_label(lp.info.name + ":weight");
     const ObserverSlot* as = input_slot(*s.table, input_observers, lp.info.name);
     r.weight_format =
         lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
     r.activation_format = "uint8/per_tensor";
     if (ws) {
-      const QParams& wq = s.table->qparams(ws->id);
-      auto [mn, mx] = std::minmax_element(wq.scale.begin(), wq.scale.end());
-      r.scale_min = *mn;
-      r.scale_max = *mx;
-      auto scales = torch::tensor(wq.scale, torch::kFloat);
-      auto fq = wq.per_channel
-                    ? at::fake_quantize_per_channel_affine(
-                          w, scales, torch::zeros_like(scales).to(at::kInt), 0, -128, 127)
-                    : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
-      r.weight_sqnr_db = sqnr(w, fq);
-      r.bytes_after = static_cast<size_t>(w.numel()) + wq.scale.size() * 8;
+      const at::Tensor fq = weight_result(r, w, s.table->qparams(ws->id));
       if (as) {
         const QParams& aq = s.table->qparams(as->id);
-        r.extra["activation"] = {
-            {"observer", as->obs->name()},   {"min", aq.min_val},       {"max", aq.max_val},
-            {"clip_min", aq.clip_min},       {"clip_max", aq.clip_max}, {"scale", aq.scale[0]},
-            {"zero_point", aq.zero_point[0]}};
+        r.extra["activation"] = activation_stats(aq, as->obs->name());
         auto xi = layer_inputs.find(lp.info.name);
         if (xi != layer_inputs.end()) {
           // Output SQNR of this layer alone, float vs int8-simulated, on the held-out batch.
@@ -565,7 +554,7 @@ void StaticPtq::convert(QuantizeContext& ctx) {
           layer.setattr("weight", fq);
           auto y = layer.forward({xq}).toTensor();
           layer.setattr("weight", w);
-          r.extra["output_sqnr_db"] = json_number(sqnr(ref, y));
+          r.extra["output_sqnr_db"] = json_number(tensor_sqnr_db(ref, y));
         }
       }
     }
@@ -647,20 +636,8 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
       r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor"
                                                                           : "int8/per_channel";
       r.activation_format = "uint8/dynamic";
-      for (const auto& slot : table.slots()) {
-        if (slot->label != lp.info.name + ":weight") continue;
-        const QParams& wq = table.qparams(slot->id);
-        auto [mn, mx] = std::minmax_element(wq.scale.begin(), wq.scale.end());
-        r.scale_min = *mn;
-        r.scale_max = *mx;
-        auto scales = torch::tensor(wq.scale, torch::kFloat);
-        auto fq = wq.per_channel
-                      ? at::fake_quantize_per_channel_affine(
-                            w, scales, torch::zeros_like(scales).to(at::kInt), 0, -128, 127)
-                      : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
-        r.weight_sqnr_db = sqnr(w, fq);
-        r.bytes_after = static_cast<size_t>(w.numel()) + wq.scale.size() * 8;
-      }
+      if (const ObserverSlot* ws = table.find_label(lp.info.name + ":weight"))
+        weight_result(r, w, table.qparams(ws->id));
     }
     ctx.add_layer_result(std::move(r));
   }

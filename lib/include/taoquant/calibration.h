@@ -62,8 +62,9 @@ class ObserverTable {
   int64_t add_slot(int template_id, const std::string& label);
 
   void observe(int64_t id, const at::Tensor& x);
-  // The slot of the observer module at `path` (nullptr if none).
+  // The slot of the observer module at `path`, or with `label` (nullptr if none).
   const ObserverSlot* find_path(const std::string& path) const;
+  const ObserverSlot* find_label(const std::string& label) const;
   const QParams& qparams(int64_t id);
   const std::vector<std::unique_ptr<ObserverSlot>>& slots() const { return slots_; }
   const std::vector<ObserverTemplate>& templates() const { return templates_; }
@@ -86,6 +87,13 @@ QParams apply_constraints(const QParams& q, const QParamConstraints& c);
 // value, or on the value its input is derived from through ops that carry
 // quantization (pooling, flatten, reshape, relu, ...).
 std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed);
+
+// 10 log10(sum ref^2 / sum (ref - x)^2), in double; +inf when equal.
+double tensor_sqnr_db(const at::Tensor& ref, const at::Tensor& x);
+
+// The report's per-layer "activation" entry: observer, observed range, clip,
+// scale and zero point.
+nlohmann::json activation_stats(const QParams& q, const std::string& observer);
 
 // Inlines every method and function call of a graph, however deep.
 void inline_everything(torch::jit::Graph& g);

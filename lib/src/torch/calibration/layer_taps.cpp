@@ -4,6 +4,8 @@
 // read through a chain of prim::GetAttr nodes that spells the layer's path.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <set>
 
@@ -150,6 +152,24 @@ std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) 
 }
 
 }  // namespace
+
+double tensor_sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
+  const auto r = ref.to(at::kDouble);
+  const double num = r.pow(2).sum().item<double>();
+  const double den = (r - x.to(at::kDouble)).pow(2).sum().item<double>();
+  if (den == 0) return INFINITY;
+  return 10.0 * std::log10(num / std::max(den, 1e-300));
+}
+
+nlohmann::json activation_stats(const QParams& q, const std::string& observer) {
+  return {{"observer", observer},
+          {"min", q.min_val},
+          {"max", q.max_val},
+          {"clip_min", q.clip_min},
+          {"clip_max", q.clip_max},
+          {"scale", q.scale.at(0)},
+          {"zero_point", q.zero_point.empty() ? 0 : q.zero_point.at(0)}};
+}
 
 void inline_everything(torch::jit::Graph& g) {
   // torch::jit::Inline inlines each callee's cached "optimized" graph, which

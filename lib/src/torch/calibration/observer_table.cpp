@@ -305,6 +305,12 @@ int64_t ObserverTable::add_slot(int template_id, const std::string& label) {
   return slots_.back()->id;
 }
 
+const ObserverSlot* ObserverTable::find_label(const std::string& label) const {
+  for (const auto& s : slots_)
+    if (s->label == label) return s.get();
+  return nullptr;
+}
+
 const ObserverSlot* ObserverTable::find_path(const std::string& path) const {
   for (const auto& s : slots_)
     if (s->path == path) return s.get();

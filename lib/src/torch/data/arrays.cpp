@@ -44,8 +44,6 @@ size_t elem_size(ElemType t) {
   return 1;
 }
 
-namespace {
-
 at::ScalarType scalar_type(ElemType t) {
   switch (t) {
     case ElemType::kFloat32:
@@ -61,6 +59,8 @@ at::ScalarType scalar_type(ElemType t) {
   }
   return at::kFloat;
 }
+
+namespace {
 
 constexpr const char* kSupported = "float32, float64, uint8, int32, int64";
 

@@ -20,6 +20,7 @@ namespace tq::data {
 enum class ElemType { kFloat32, kFloat64, kUInt8, kInt32, kInt64 };
 const char* elem_name(ElemType t);  // "float32", ...
 size_t elem_size(ElemType t);
+at::ScalarType scalar_type(ElemType t);
 
 // A parsed NPY header.
 struct NpyHeader {

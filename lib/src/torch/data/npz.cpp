@@ -26,22 +26,6 @@ std::string zip_message(int code) {
   return s;
 }
 
-at::ScalarType to_scalar(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat32:
-      return at::kFloat;
-    case ElemType::kFloat64:
-      return at::kDouble;
-    case ElemType::kUInt8:
-      return at::kByte;
-    case ElemType::kInt32:
-      return at::kInt;
-    case ElemType::kInt64:
-      return at::kLong;
-  }
-  return at::kFloat;
-}
-
 class NpzMemberSource : public ArraySource {
  public:
   NpzMemberSource(std::shared_ptr<NpzArchive> ar, zip_uint64_t index, const std::string& where)
@@ -71,7 +55,7 @@ class NpzMemberSource : public ArraySource {
     if (mem_.defined()) return mem_.narrow(0, start, count).clone();
     std::vector<int64_t> sizes = shape_;
     sizes[0] = count;
-    at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(to_scalar(type_)));
+    at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(scalar_type(type_)));
     const uint64_t target = row_bytes() * static_cast<uint64_t>(start);
     const size_t nbytes = row_bytes() * static_cast<size_t>(count);
     if (seekable_) {
