@@ -89,8 +89,8 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
   std::vector<at::Tensor> sample;
   for (const auto& t : first.inputs)
     sample.push_back(t.slice(0, 0, std::min<int64_t>(2, t.size(0))));
-  auto [removed, kept] = specialize_branches(s.work, sample);
-  ctx.backend_meta["specialized_branches"] = {{"removed", removed}, {"kept", kept}};
+  const auto br = specialize_branches(s.work, sample);
+  ctx.backend_meta["specialized_branches"] = {{"removed", br.removed}, {"kept", br.kept}};
   s.work = s.work.clone();  // specialization ran the model: start from a fresh plan
   auto g = s.work.get_method("forward").graph();
   inline_everything(*g);

@@ -2,6 +2,7 @@
 // slower than float: interleaved runs, medians.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,21 +20,33 @@ namespace tq::libtorch {
 struct LatencyPair {
   int64_t batch_size = 0;
   double fp32_ms = 0, int8_ms = 0;
+  // > 0: not measured; int8 was at most kInferRatio of fp32 at this smaller
+  // batch, and fp32_ms is the estimate that made measuring too costly.
+  int64_t inferred_from = 0;
 };
 
-// Float model vs int8 model on `sample` resized to each batch size.
+// A larger batch is inferred, not measured, when int8 took at most this
+// fraction of fp32's time at a smaller batch and one fp32 call at the larger
+// batch would take more than kInferAboveMs.
+constexpr double kInferRatio = 0.5;
+constexpr double kInferAboveMs = 100;
+// A single timed call of at least this length decides a 2x difference.
+constexpr double kDecisiveMs = 10;
+
+// Float model vs int8 model on `sample` resized to each batch size (measured
+// in ascending order).
 std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
                                                const torch::jit::Module& int8,
                                                const std::vector<at::Tensor>& sample,
-                                               const std::vector<int64_t>& batch_sizes);
+                                               std::vector<int64_t> batch_sizes);
 
 // Each quantized layer alone: its float op vs quantize + int8 op + dequantize
-// on its held-out input. Returns (layer, reason) for layers where int8 is
-// slower at any batch size.
+// on its held-out input (`inputs`: capture_layer_inputs on `folded`).
+// Returns (layer, reason) for layers where int8 is slower at any batch size.
 std::vector<std::pair<std::string, std::string>> slower_int8_layers(
     const QuantizeContext& ctx, const torch::jit::Module& folded,
     const torch::jit::Module& observed, ObserverTable& table,
-    const std::vector<at::Tensor>& holdout, const std::vector<int64_t>& batch_sizes);
+    const std::map<std::string, at::Tensor>& inputs, const std::vector<int64_t>& batch_sizes);
 
 std::string format_ms(double ms);
 

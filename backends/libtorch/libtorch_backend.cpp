@@ -2,6 +2,8 @@
 // Weight-only: compact codes + scales in the archive, decoded at load.
 #include <torch/script.h>
 
+#include <algorithm>
+
 #include "compact_weights.h"
 #include "static_ptq.h"
 #include "taoquant/backend.h"
@@ -12,8 +14,26 @@ namespace tq::libtorch {
 
 namespace {
 
+// The quantize.backend_kwargs keys this backend reads (docs/spec.md).
+const std::vector<std::string>& known_kwargs() {
+  static const std::vector<std::string> k = {"engine", "latency_check", "latency_batch_sizes"};
+  return k;
+}
+
 class LibTorchBackend : public QuantizerBase, public Calibratable {
  public:
+  void prepare(QuantizeContext& ctx) override {
+    std::string list;
+    for (const auto& k : known_kwargs()) list += (list.empty() ? "" : ", ") + k;
+    for (const auto& [key, v] : ctx.backend_kwargs().items()) {
+      if (std::find(known_kwargs().begin(), known_kwargs().end(), key) != known_kwargs().end())
+        continue;
+      const std::string k = "quantize.backend_kwargs." + key;
+      throw SpecError(ctx.spec.loc(k), k + ": unknown key for backend 'libtorch' (accepted: " +
+                                           list + ")" + did_you_mean(key, known_kwargs()));
+    }
+  }
+
   void calibrate(QuantizeContext& ctx, DataLoader& loader) override { ptq_.calibrate(ctx, loader); }
 
   void quantize(QuantizeContext& ctx) override {

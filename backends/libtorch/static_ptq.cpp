@@ -21,6 +21,7 @@
 #include "taoquant/data.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
+#include "taoquant/steps.h"
 
 namespace tq::libtorch {
 
@@ -32,10 +33,28 @@ struct StaticSession {
   Module folded;    // BN-folded, specialized float model
   Module observed;  // folded + observers
   std::vector<at::Tensor> holdout;
+  std::unique_ptr<StepTimer> steps;  // calibrate() through convert()
+  bool check_speed = true;           // backend_kwargs.latency_check
+  std::vector<int64_t> latency_batch_sizes = {1, 32};
   std::set<std::string> keep_float;            // layers kept float by the speed check
   std::map<std::string, std::string> reasons;  // layer -> why it stays float
   DataLoader* loader = nullptr;                // alive from calibrate() through convert()
   size_t samples = 0, batches = 0;
+  // Each layer's float input and the model's float output on the held-out
+  // batch: one pass of a tapped copy of `folded`, or of `observed` when the
+  // held-out batch is also the only calibration batch (that pass calibrates).
+  std::map<std::string, at::Tensor> layer_inputs;
+  c10::IValue holdout_output;
+  bool captured = false;
+  Batch first;                 // the first calibration batch
+  bool input_checked = false;  // a pass over `first` succeeded
+  const std::map<std::string, at::Tensor>& capture() {
+    if (!captured) {
+      layer_inputs = capture_layer_inputs(folded, holdout, &holdout_output);
+      captured = true;
+    }
+    return layer_inputs;
+  }
 };
 
 StaticPtq::StaticPtq() = default;
@@ -158,6 +177,25 @@ bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
          a.cfg.kwargs == b.cfg.kwargs;
 }
 
+// backend_kwargs of the never-slower check, validated before any work.
+void speed_options(const QuantizeContext& ctx, StaticSession& s) {
+  const auto& kw = ctx.backend_kwargs();
+  if (kw.contains("latency_check") && !kw["latency_check"].is_boolean())
+    throw SpecError(ctx.spec.loc("quantize.backend_kwargs.latency_check"),
+                    "quantize.backend_kwargs.latency_check: expected true or false");
+  s.check_speed = !kw.contains("latency_check") || kw["latency_check"].get<bool>();
+  if (kw.contains("latency_batch_sizes")) {
+    const auto& v = kw["latency_batch_sizes"];
+    bool ok = v.is_array() && !v.empty();
+    for (const auto& e : v) ok = ok && e.is_number_integer() && e.get<int64_t>() > 0;
+    if (!ok)
+      throw SpecError(ctx.spec.loc("quantize.backend_kwargs.latency_batch_sizes"),
+                      "quantize.backend_kwargs.latency_batch_sizes: expected a non-empty list of "
+                      "positive integers, e.g. [1, 32]");
+    s.latency_batch_sizes = v.get<std::vector<int64_t>>();
+  }
+}
+
 // Inserts observers for the plan (minus `keep_float`) and runs the calibration
 // batches. Fills s.table, s.observed.
 void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
@@ -194,8 +232,11 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     qd[lp.info.name] = std::make_tuple(table.make_module(a), table.make_module(w));
   }
   try {
+    // On a shallow copy (own types and graphs, shared tensors): the pass
+    // adds observers and never writes the float tensors.
+    Module copy = s.folded.clone(/*inplace=*/true);
     s.observed =
-        torch::jit::InsertObservers(s.folded, "forward", qd, /*inplace=*/false, QuantType::STATIC);
+        torch::jit::InsertObservers(copy, "forward", qd, /*inplace=*/true, QuantType::STATIC);
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     throw RuntimeError(
@@ -206,13 +247,26 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
   }
   table.bind(s.observed);
   spdlog::debug("static_ptq: {} observers inserted", table.slots().size());
-  const auto t_run = std::chrono::steady_clock::now();
+  s.steps->step("insert observers");
 
   torch::NoGradGuard no_grad;
   NoGraphOptimization no_opt;
-  auto run = [&](const std::vector<at::Tensor>& in) {
+  // `tapped`: the pass also captures the layer inputs and the output.
+  auto run = [&](const std::vector<at::Tensor>& in, bool tapped = false) {
     std::vector<c10::IValue> iv(in.begin(), in.end());
-    s.observed.forward(iv);
+    try {
+      if (tapped) {
+        s.layer_inputs = capture_layer_inputs(s.observed, in, &s.holdout_output);
+        s.captured = true;
+      } else {
+        s.observed.forward(iv);
+      }
+    } catch (const std::exception&) {
+      // The first pass over the data: does the data fit the model at all?
+      if (!s.input_checked) check_input_fits(ctx.model, s.first, "calibration data");
+      throw;
+    }
+    s.input_checked = true;
   };
   s.samples = s.batches = 0;
   {
@@ -233,14 +287,13 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
       if (ctx.on_progress) ctx.on_progress("calibrate", ++done, total);
     }
     if (s.batches == 0) {
-      run(prev);
+      run(prev, /*tapped=*/true);
       s.samples += static_cast<size_t>(prev[0].size(0));
       ++s.batches;
     }
     s.holdout = prev;
   }
-  spdlog::debug("static_ptq: {} calibration batches {:.3f} s", s.batches,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count());
+  s.steps->step("calibration batches");
 }
 
 }  // namespace
@@ -249,31 +302,38 @@ void StaticPtq::calibrate(QuantizeContext& ctx, DataLoader& loader) {
   s_ = std::make_unique<StaticSession>();
   auto& s = *s_;
   s.loader = &loader;
-  auto t0 = std::chrono::steady_clock::now();
-  auto step = [t = t0](const char* what) mutable {
-    auto now = std::chrono::steady_clock::now();
-    spdlog::debug("static_ptq: {} {:.3f} s", what, std::chrono::duration<double>(now - t).count());
-    t = now;
-  };
+  s.steps = std::make_unique<StepTimer>("static_ptq");
+  auto step = [&](const char* what) { s.steps->step(what); };
   ctx.backend_meta["engine"] = select_engine(ctx);
+  speed_options(ctx, s);
 
   loader.reset();
   Batch first;
   if (!loader.next(first)) throw RuntimeError("calibration data is empty: " + loader.describe());
-  check_input_fits(ctx.model, first, "calibration data");
-  step("first batch and input check");
+  s.first = first;
+  step("first batch");
 
-  Module work = ctx.model.clone();
+  // FoldConvBatchNorm works on its own deep copy; this shallow one (tensors
+  // shared) only sets eval mode without touching the caller's module.
+  Module work = ctx.model.clone(/*inplace=*/true);
   work.eval();
   s.folded = torch::jit::FoldConvBatchNorm(work);
   step("BatchNorm folding");
-  auto [removed, kept] = specialize_branches(s.folded, slice_batch(first.inputs, 2));
-  ctx.backend_meta["specialized_branches"] = {{"removed", removed}, {"kept", kept}};
+  BranchSpecialization br;
+  try {
+    br = specialize_branches(s.folded, slice_batch(first.inputs, 2));
+  } catch (const std::exception&) {
+    // Its run is the first pass over the data. If the data does not fit the
+    // model, say so; otherwise the error is specialization's own.
+    check_input_fits(ctx.model, first, "calibration data");
+    throw;
+  }
+  s.input_checked = br.ran;
+  ctx.backend_meta["specialized_branches"] = {{"removed", br.removed}, {"kept", br.kept}};
   step("branch specialization");
 
   observe_and_run(ctx, s);
-  step("observers and calibration batches");
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double secs = s.steps->total_seconds();
   ctx.calibration = {{"samples", s.samples},
                      {"batches", s.batches},
                      {"holdout_samples", s.holdout.empty() ? 0 : s.holdout[0].size(0)},
@@ -432,9 +492,29 @@ Module finish_quantized(Module q, QuantType qt) {
 }
 
 Module convert_observed(Module& observed) {
-  return finish_quantized(torch::jit::InsertQuantDeQuant(observed, "forward", /*inplace=*/false,
+  // A shallow copy again: the pass adds attributes and rewrites graphs; the
+  // quantized weights it makes are new tensors.
+  Module copy = observed.clone(/*inplace=*/true);
+  return finish_quantized(torch::jit::InsertQuantDeQuant(copy, "forward", /*inplace=*/true,
                                                          /*debug=*/false, QuantType::STATIC),
                           QuantType::STATIC);
+}
+
+// The leading samples of a layer input that its per-layer SQNR is measured
+// on: at most ~2^17 input values (an SQNR over that many is stable to ~0.1
+// dB) and ~2^24 multiply-adds per pass, and at least one sample. A 224x224
+// CNN then pays about two float passes over one image, not over the whole
+// held-out batch.
+at::Tensor sqnr_samples(const at::Tensor& x, const at::Tensor& w) {
+  if (x.dim() < 2 || x.size(0) <= 1) return x;
+  const int64_t per_sample = std::max<int64_t>(1, x.numel() / x.size(0));
+  // Multiply-adds per sample: each weight meets each input position once
+  // (conv: spatial positions; linear: rows of a [N, ..., in] input).
+  const int64_t positions = std::max<int64_t>(1, per_sample / std::max<int64_t>(1, w.size(1)));
+  const int64_t macs = std::max<int64_t>(1, w.numel() * positions);
+  const int64_t k = std::min({x.size(0), std::max<int64_t>(1, (int64_t{1} << 17) / per_sample),
+                              std::max<int64_t>(1, (int64_t{1} << 24) / macs)});
+  return x.narrow(0, 0, k);
 }
 
 const ObserverSlot* input_slot(const ObserverTable& t,
@@ -449,22 +529,28 @@ const ObserverSlot* input_slot(const ObserverTable& t,
 void StaticPtq::convert(QuantizeContext& ctx) {
   if (!s_) throw RuntimeError("static_ptq: quantize called before calibrate");
   auto& s = *s_;
-  const auto& kw = ctx.backend_kwargs();
-  bool check_speed = !kw.contains("latency_check") || kw["latency_check"] != false;
-  std::vector<int64_t> batch_sizes = {1, 32};
-  if (kw.contains("latency_batch_sizes"))
-    batch_sizes = kw["latency_batch_sizes"].get<std::vector<int64_t>>();
+  const bool check_speed = s.check_speed;
+  const std::vector<int64_t>& batch_sizes = s.latency_batch_sizes;
 
   // Never slower than float: measure the int8 model against the float one;
   // if it is slower at a batch size, time each layer alone and keep the
   // layers whose int8 op is slower float; if it is still slower, keep all.
+  auto step = [&](const char* what) { s.steps->step(what); };
   Module q = convert_observed(s.observed);
+  step("convert");
   nlohmann::json speed = nlohmann::json::array();
   auto slower_than_float = [&](const Module& qm, const char* stage) {
     auto cmp = compare_model_latency(ctx.model, qm, s.holdout, batch_sizes);
     bool slower = false;
     std::string detail;
     for (const auto& c : cmp) {
+      if (c.inferred_from > 0) {
+        speed.push_back({{"stage", stage},
+                         {"batch_size", c.batch_size},
+                         {"fp32_ms_estimate", c.fp32_ms},
+                         {"inferred_from_batch_size", c.inferred_from}});
+        continue;
+      }
       speed.push_back({{"stage", stage},
                        {"batch_size", c.batch_size},
                        {"fp32_ms", c.fp32_ms},
@@ -478,7 +564,8 @@ void StaticPtq::convert(QuantizeContext& ctx) {
   if (check_speed) {
     std::string why = slower_than_float(q, "planned");
     if (!why.empty()) {
-      auto slower = slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.holdout, batch_sizes);
+      auto slower =
+          slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture(), batch_sizes);
       for (const auto& [name, reason] : slower) {
         s.keep_float.insert(name);
         s.reasons[name] = reason;
@@ -496,27 +583,27 @@ void StaticPtq::convert(QuantizeContext& ctx) {
         q = ctx.model.clone();  // the original float model: its fused inference paths intact
       }
     }
+    step("latency check");
   }
   ctx.backend_meta["latency_check"] = speed;
 
-  // Fidelity of the whole model on the held-out batch.
+  // Fidelity on the held-out batch: one float pass captures each layer's
+  // input (for the per-layer SQNR) and the model's output.
+  const auto& layer_inputs = s.capture();
+  const c10::IValue& ref = s.holdout_output;
+  const auto input_observers = layer_input_observers(s.observed);
+  for (const auto& [layer, obs] : input_observers)
+    spdlog::debug("input of {}: observer {}", layer, obs);
+  spdlog::debug("{} layer inputs captured", layer_inputs.size());
   {
     torch::NoGradGuard ng;
-    NoGraphOptimization no_opt;
     std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
-    auto ref = ctx.model.forward(in), out = q.forward(in);
+    auto out = q.forward(in);
     if (ref.isTensor() && out.isTensor())
       ctx.backend_meta["holdout_output_sqnr_db"] =
           json_number(tensor_sqnr_db(ref.toTensor(), out.toTensor()));
   }
-
-  // Per-layer results: each layer's input observer, and its float input on
-  // the held-out batch for a per-layer output SQNR.
-  const auto input_observers = layer_input_observers(s.observed);
-  const auto layer_inputs = capture_layer_inputs(s.folded, s.holdout);
-  for (const auto& [layer, obs] : input_observers)
-    spdlog::debug("input of {}: observer {}", layer, obs);
-  spdlog::debug("{} layer inputs captured", layer_inputs.size());
+  step("fidelity pass");
   for (const auto& lp : ctx.plan.layers) {
     LayerResult r;
     r.name = lp.info.name;
@@ -548,18 +635,21 @@ void StaticPtq::convert(QuantizeContext& ctx) {
           // Output SQNR of this layer alone, float vs int8-simulated, on the held-out batch.
           torch::NoGradGuard ng;
           NoGraphOptimization no_opt;
-          const at::Tensor& x = xi->second;
+          const at::Tensor x = sqnr_samples(xi->second, w);
           auto ref = layer.forward({x}).toTensor();
           auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
           layer.setattr("weight", fq);
           auto y = layer.forward({xq}).toTensor();
           layer.setattr("weight", w);
           r.extra["output_sqnr_db"] = json_number(tensor_sqnr_db(ref, y));
+          r.extra["output_sqnr_samples"] = x.size(0);
         }
       }
     }
     ctx.add_layer_result(std::move(r));
   }
+  step("layer SQNR");
+  ctx.backend_meta["steps"] = s.steps->to_json();
   ctx.model = q;
 }
 

@@ -111,6 +111,9 @@ def main():
     ap.add_argument("--iters", type=int, default=50, help="latency calls per model and repeat")
     ap.add_argument("--lat-repeats", type=int, default=5, help="latency repeats")
     ap.add_argument("--batches", default="1,8,32", help="latency batch sizes")
+    ap.add_argument("--jit-hugepages", action="store_true",
+                    help="also time quantize_jit with GLIBC_TUNABLES=glibc.malloc.hugetlb=1, the heap "
+                         "setting the tao-quant launcher uses")
     ap.add_argument("--md")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -135,14 +138,18 @@ def main():
             f.write(spec_text(model, calib, out_dir, a.engine, a.batch))
         tq_art = os.path.join(out_dir, "quantized_model_libtorch.pth")
         pt_art = os.path.join(out_dir, "quantize_jit.pt")
-        t_tq, t_pt = [], []
+        t_tq, t_pt, t_pt_hp = [], [], []
+        env_hp = dict(env, GLIBC_TUNABLES="glibc.malloc.hugetlb=1")
         jit_error = None
         for _ in range(a.repeats):  # interleaved
             t_tq.append(timed([a.cli, "-q", "quantize", "-e", spec], env))
             if jit_error is None:
                 try:
-                    t_pt.append(timed([PY, "-c", QUANTIZE_JIT, model, calib, pt_art, a.engine, str(a.threads),
-                                       str(a.batch)], env))
+                    jit_cmd = [PY, "-c", QUANTIZE_JIT, model, calib, pt_art, a.engine, str(a.threads),
+                               str(a.batch)]
+                    t_pt.append(timed(jit_cmd, env))
+                    if a.jit_hugepages:
+                        t_pt_hp.append(timed(jit_cmd, env_hp))
                 except RuntimeError as e:  # e.g. branching graphs: quantize_jit cannot observe them
                     lines = [ln for ln in str(e).splitlines() if ln.strip()]
                     jit_error = next((ln.strip() for ln in lines if "RuntimeError" in ln or "Error" in ln),
@@ -151,6 +158,9 @@ def main():
                             "quantize_jit": statistics.median(t_pt) if t_pt else None}}
         r["quantize_s"]["ratio"] = (r["quantize_s"]["tao_quant"] / r["quantize_s"]["quantize_jit"]
                                     if t_pt else None)
+        if t_pt_hp:
+            r["quantize_s"]["quantize_jit_hugepages"] = statistics.median(t_pt_hp)
+            r["quantize_s"]["ratio_hugepages"] = r["quantize_s"]["tao_quant"] / statistics.median(t_pt_hp)
         if jit_error:
             r["quantize_jit_error"] = jit_error
         quants = [tq_art] + ([pt_art] if not jit_error else [])
@@ -176,13 +186,17 @@ def main():
         qs = r["quantize_s"]
         rows.append([name, "%.2f" % qs["tao_quant"],
                      "%.2f" % qs["quantize_jit"] if qs["quantize_jit"] else "fails",
-                     "%.2f" % qs["ratio"] if qs["ratio"] else "-",
+                     "%.2f" % qs["ratio"] if qs["ratio"] else "-"] +
+                    (["%.2f" % qs["quantize_jit_hugepages"] if "quantize_jit_hugepages" in qs else "fails",
+                      "%.2f" % qs["ratio_hugepages"] if "ratio_hugepages" in qs else "-"]
+                     if a.jit_hugepages else []) + [
                      pct(t1.get("fp32")) if t1 else "-", pct(t1.get("tao_quant")) if t1 else "-",
                      pct(t1.get("quantize_jit")) if t1 else "-"] +
                     [ratio(bs, 0) for bs in BATCHES] + [ratio(bs, 1) for bs in BATCHES])
         print(" | ".join(rows[-1]), file=sys.stderr)
-    head = (["model", "tao-quant s", "quantize_jit s", "time ratio", "fp32 top-1", "tao int8 top-1",
-             "jit int8 top-1"] + ["tao speedup bs%d" % b for b in BATCHES] +
+    head = (["model", "tao-quant s", "quantize_jit s", "time ratio"] +
+            (["quantize_jit s, huge pages", "time ratio, huge pages"] if a.jit_hugepages else []) +
+            ["fp32 top-1", "tao int8 top-1", "jit int8 top-1"] + ["tao speedup bs%d" % b for b in BATCHES] +
             ["jit speedup bs%d" % b for b in BATCHES])
     md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     md += "".join("| " + " | ".join(r) + " |\n" for r in rows)

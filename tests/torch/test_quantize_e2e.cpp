@@ -345,3 +345,92 @@ TEST_CASE("bad models and specs: exit codes and messages", "[e2e][errors]") {
              kCnn + "\n",
          tq::ExitCode::kUsage, "quant_calibration_dataset");
 }
+
+namespace {
+std::string static_spec(const std::string& dir, const std::string& model, const std::string& data,
+                        const std::string& kwargs = "{}") {
+  return "results_dir: " + dir +
+         "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+         "  default_activation_dtype: uint8\n  model_path: " +
+         model + "\n  backend_kwargs: " + kwargs +
+         "\ndataset:\n  quant_calibration_dataset:\n    data_file: " + data +
+         "\n    batch_size: 64\n    max_batches: 2\n";
+}
+}  // namespace
+
+TEST_CASE("static int8: the never-slower check measures, infers or keeps float, and says so",
+          "[e2e][static][latency]") {
+  auto dir = tmpdir("latency");
+  // Batch 4096 of the CNN costs ~1 s per fp32 call: inferred when int8
+  // wins by 2x at batch 1, measured otherwise.
+  auto out = quantize(static_spec(dir, kCnn, kCalib, "{latency_batch_sizes: [4096, 1]}"));
+  const auto& checks = out.report["backend"]["meta"]["latency_check"];
+  REQUIRE(checks.size() >= 2);
+  const auto& bs1 = checks[0];
+  const auto& big = checks[1];
+  CHECK(bs1["batch_size"] == 1);  // measured in ascending order
+  CHECK(big["batch_size"] == 4096);
+  const double f1 = bs1["fp32_ms"].get<double>(), q1 = bs1["int8_ms"].get<double>();
+  CHECK(f1 > 0);
+  CHECK(q1 > 0);
+  if (q1 <= 0.5 * f1) {
+    CHECK(big["inferred_from_batch_size"] == 1);
+    CHECK(big["fp32_ms_estimate"].get<double>() == Approx(f1 * 4096));
+    CHECK_FALSE(big.contains("int8_ms"));
+  } else {
+    CHECK(big["int8_ms"].get<double>() > 0);
+  }
+  bool slower = false;
+  for (const auto& c : checks)
+    if (c.contains("int8_ms") && c["stage"] == "planned")
+      slower = slower || c["int8_ms"].get<double>() > c["fp32_ms"].get<double>();
+  for (const auto& l : out.layers) {
+    if (!slower) CHECK_FALSE(l.kept_float);
+    if (l.kept_float) CHECK_THAT(l.reason, Catch::Contains("slower"));
+  }
+  // Where the time went, step by step.
+  const auto& steps = out.report["backend"]["meta"]["steps"];
+  REQUIRE(steps.is_array());
+  std::vector<std::string> names;
+  double sum = 0;
+  for (const auto& st : steps) {
+    names.push_back(st["step"].get<std::string>());
+    sum += st["seconds"].get<double>();
+  }
+  CHECK_THAT(names, Catch::VectorContains(std::string("calibration batches")));
+  CHECK_THAT(names, Catch::VectorContains(std::string("latency check")));
+  CHECK(sum <= out.report["timings"]["total_s"].get<double>());
+  // Per-layer SQNR on a bounded number of held-out samples.
+  for (const auto& l : out.layers) {
+    REQUIRE(l.extra.contains("output_sqnr_samples"));
+    CHECK(l.extra["output_sqnr_samples"].get<int64_t>() >= 1);
+    CHECK(l.extra["output_sqnr_samples"].get<int64_t>() <= 64);
+  }
+}
+
+TEST_CASE("static int8: bad never-slower options and data that does not fit",
+          "[e2e][static][errors]") {
+  auto dir = tmpdir("static_err");
+  const std::string cnn = kCnn;
+  auto expect = [&](const std::string& yaml, tq::ExitCode code, const std::string& part) {
+    try {
+      quantize(yaml);
+      FAIL("expected an error containing: " << part);
+    } catch (const tq::Error& e) {
+      CHECK(e.code() == code);
+      CHECK_THAT(e.what(), Catch::Contains(part));
+    }
+    CHECK_FALSE(fs::exists(dir + "/quantized_model_libtorch.pth"));
+  };
+  expect(static_spec(dir, cnn, kCalib, "{latency_batch_sizes: [1, 0]}"), tq::ExitCode::kUsage,
+         "latency_batch_sizes: expected a non-empty list of positive integers");
+  expect(static_spec(dir, cnn, kCalib, "{latency_check: 'yes'}"), tq::ExitCode::kUsage,
+         "latency_check: expected true or false");
+  expect(static_spec(dir, cnn, kCalib, "{latency_chek: false}"), tq::ExitCode::kUsage,
+         "quantize.backend_kwargs.latency_chek: unknown key for backend 'libtorch' (accepted: "
+         "engine, latency_check, latency_batch_sizes) (did you mean 'latency_check'?)");
+  // 224x224 RGB images for a 28x28 grayscale model: the first pass over the
+  // data names the shape and the model's first layer.
+  expect(static_spec(dir, cnn, kModels + "/tv/imagenet_rand_n8_224.npz"), tq::ExitCode::kRuntime,
+         "calibration data shape [1,3,224,224] does not fit the model's input (first layer");
+}

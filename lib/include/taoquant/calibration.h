@@ -107,9 +107,11 @@ struct LayerSite {
 std::vector<LayerSite> layer_sites(torch::jit::Graph& g);
 
 // Runs `model` on `inputs` and returns the input tensor of each conv/linear
-// layer (first call), by module path. The model itself is not modified.
+// layer (first call), by module path; `output`, if given, receives the
+// model's output. The model itself is not modified.
 std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
-                                                       const std::vector<at::Tensor>& inputs);
+                                                       const std::vector<at::Tensor>& inputs,
+                                                       c10::IValue* output = nullptr);
 
 // While alive, TorchScript runs without the graph executor's optimizing
 // passes (profiling, specialization, fusion). Calibration runs each graph a
@@ -127,11 +129,17 @@ class NoGraphOptimization {
 };
 
 // Specializes a module for inference on inputs like `sample`: function calls
-// are inlined into the methods, the model runs once with branch recording
-// (grad enabled, so fused inference fast paths that bypass Linear modules are
-// not taken), and every `if` that always took the same branch is replaced by
-// that branch. Returns {ifs removed, ifs kept}.
-std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model,
-                                              const std::vector<at::Tensor>& sample);
+// are inlined into the methods; `if`s whose condition is known without data
+// (constants, `self.training` of a module in eval mode) are decided first;
+// if any remain, the model runs once with branch recording (grad enabled, so
+// fused inference fast paths that bypass Linear modules are not taken), and
+// every `if` that always took the same branch is replaced by that branch.
+struct BranchSpecialization {
+  size_t removed = 0;  // ifs replaced by one of their branches
+  size_t kept = 0;     // data-dependent, or never reached by the sample
+  bool ran = false;    // whether the model ran on `sample`
+};
+BranchSpecialization specialize_branches(torch::jit::Module& model,
+                                         const std::vector<at::Tensor>& sample);
 
 }  // namespace tq

@@ -51,4 +51,10 @@ std::unique_ptr<DataLoader> make_data_loader(const Spec& spec, const DataSourceS
 void check_input_fits(const torch::jit::Module& model, const Batch& b,
                       const std::string& what = "calibration/test data");
 
+// The error check_input_fits throws, for a forward pass on `b` that LibTorch
+// rejected with `libtorch_error` (for callers whose first real pass doubles
+// as the check).
+[[noreturn]] void throw_input_mismatch(const torch::jit::Module& model, const Batch& b,
+                                       const std::string& what, const std::string& libtorch_error);
+
 }  // namespace tq

@@ -154,9 +154,19 @@ std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) 
 }  // namespace
 
 double tensor_sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
-  const auto r = ref.to(at::kDouble);
-  const double num = r.pow(2).sum().item<double>();
-  const double den = (r - x.to(at::kDouble)).pow(2).sum().item<double>();
+  // One pass with double accumulators and no temporaries: the weights of a
+  // large layer are megabytes, and this runs once per layer.
+  TORCH_CHECK(ref.numel() == x.numel(), "tensor_sqnr_db: ", ref.numel(), " vs ", x.numel(),
+              " elements");
+  const at::Tensor r = ref.to(at::kFloat).contiguous(), y = x.to(at::kFloat).contiguous();
+  const float* a = r.data_ptr<float>();
+  const float* b = y.data_ptr<float>();
+  double num = 0, den = 0;
+  for (int64_t i = 0, n = r.numel(); i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += static_cast<double>(a[i]) * a[i];
+    den += d * d;
+  }
   if (den == 0) return INFINITY;
   return 10.0 * std::log10(num / std::max(den, 1e-300));
 }
@@ -206,9 +216,11 @@ std::vector<LayerSite> layer_sites(torch::jit::Graph& g) {
 }
 
 std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
-                                                       const std::vector<at::Tensor>& inputs) {
-  // A private copy whose forward is inlined, with a tap before each layer.
-  torch::jit::Module m = model.clone();
+                                                       const std::vector<at::Tensor>& inputs,
+                                                       c10::IValue* output) {
+  // A private copy (its own types and graphs; the tensors are shared, not
+  // copied) whose forward is inlined, with a tap before each layer.
+  torch::jit::Module m = model.clone(/*inplace=*/true);
   auto g = m.get_method("forward").graph();
   inline_everything(*g);
   std::vector<std::string> names;
@@ -232,7 +244,8 @@ std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module&
     torch::NoGradGuard no_grad;
     NoGraphOptimization no_opt;
     std::vector<c10::IValue> in(inputs.begin(), inputs.end());
-    m.forward(in);
+    auto out = m.forward(in);
+    if (output) *output = std::move(out);
   } catch (...) {
     std::lock_guard<std::mutex> lock(g_tap_mutex);
     g_taps = nullptr;

@@ -3,6 +3,7 @@
 // passes (which cannot observe values returned by `if` branches
 // consistently) work on models such as nn.TransformerEncoderLayer and
 // torchvision's EfficientNet.
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -11,6 +12,8 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/script.h>
+
+#include <spdlog/spdlog.h>
 
 #include "taoquant/calibration.h"
 
@@ -78,6 +81,26 @@ void inline_branch(Node* n, size_t which) {
   n->destroy();
 }
 
+// Replaces reads of a module's `training` flag by the constant false.
+void fold_training_flags(Graph& g) {
+  std::vector<Node*> reads;
+  std::function<void(Block*)> walk = [&](Block* b) {
+    for (Node* n : b->nodes()) {
+      for (Block* sub : n->blocks()) walk(sub);
+      if (n->kind() == torch::jit::prim::GetAttr && n->s(torch::jit::attr::name) == "training" &&
+          n->input(0)->type()->cast<c10::ClassType>() &&
+          n->output()->type()->isSubtypeOf(*c10::BoolType::get()))
+        reads.push_back(n);
+    }
+  };
+  walk(g.block());
+  for (Node* n : reads) {
+    torch::jit::WithInsertPoint guard(n);
+    n->output()->replaceAllUsesWith(g.insertConstant(false));
+    n->destroy();
+  }
+}
+
 struct Site {
   std::shared_ptr<Graph> graph;
   Node* if_node;
@@ -86,16 +109,30 @@ struct Site {
 
 }  // namespace
 
-std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model,
-                                              const std::vector<at::Tensor>& sample) {
+BranchSpecialization specialize_branches(torch::jit::Module& model,
+                                         const std::vector<at::Tensor>& sample) {
   // All method graphs, once per type (types are shared between instances).
   std::vector<std::shared_ptr<Graph>> graphs;
   std::set<c10::ClassType*> seen;
+  bool all_eval = true;
   for (const auto& m : model.modules()) {
+    all_eval = all_eval && !m.is_training();
     if (!seen.insert(m.type().get()).second) continue;
     for (const auto& method : m.get_methods()) graphs.push_back(method.graph());
   }
-  for (auto& g : graphs) inline_functions(g->block());
+  BranchSpecialization result;
+  size_t ifs_before = 0;
+  for (auto& g : graphs) {
+    inline_functions(g->block());
+    std::vector<Node*> ifs;
+    collect_ifs(g->block(), ifs);
+    ifs_before += ifs.size();
+    // Decided without data: constant conditions, and `self.training` when
+    // every module is in eval mode.
+    if (all_eval) fold_training_flags(*g);
+    torch::jit::ConstantPropagation(g);
+    torch::jit::EliminateDeadCode(g);
+  }
 
   std::vector<Site> sites;
   for (auto& g : graphs) {
@@ -113,6 +150,14 @@ std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model,
     }
   }
 
+  result.removed = ifs_before - sites.size();
+  for (const auto& site : sites) {
+    const Node* c = site.record->input(0)->node();
+    spdlog::debug("specialize: branch on {} ({}) needs a run", c->kind().toQualString(),
+                  c->sourceRange().str().substr(0, 120));
+  }
+  if (sites.empty()) return result;  // nothing left to observe: no run needed
+  result.ran = true;
   std::vector<BranchCounts> counts(sites.size());
   {
     std::lock_guard<std::mutex> lock(g_branch_mutex);
@@ -135,7 +180,6 @@ std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model,
     g_branches = nullptr;
   }
 
-  size_t removed = 0, kept = 0;
   // Later sites first: inner Ifs are collected after their parents.
   for (size_t i = sites.size(); i-- > 0;) {
     auto& s = sites[i];
@@ -145,21 +189,21 @@ std::pair<size_t, size_t> specialize_branches(torch::jit::Module& model,
     const auto& c = counts[i];
     if (c.taken_true > 0 && c.taken_false == 0) {
       inline_branch(s.if_node, 0);
-      ++removed;
+      ++result.removed;
     } else if (c.taken_false > 0 && c.taken_true == 0) {
       inline_branch(s.if_node, 1);
-      ++removed;
-    } else if (c.taken_true > 0 || c.taken_false > 0) {
-      ++kept;  // both ways: data dependent, leave it
+      ++result.removed;
     } else {
-      ++kept;  // never reached (e.g. inside a dead branch); const-prop may drop it
+      // Both ways (data dependent), or never reached (e.g. inside a dead
+      // branch; constant propagation may drop it): left as it is.
+      ++result.kept;
     }
   }
   for (auto& g : graphs) {
     torch::jit::ConstantPropagation(g);
     torch::jit::EliminateDeadCode(g);
   }
-  return {removed, kept};
+  return result;
 }
 
 }  // namespace tq

@@ -64,28 +64,38 @@ std::unique_ptr<DataLoader> make_data_loader(const Spec& spec, const DataSourceS
   return data::make_tensor_loader(spec, src, key, want_labels);
 }
 
-void check_input_fits(const torch::jit::Module& model, const Batch& b, const std::string& what) {
-  if (b.inputs.empty()) throw RuntimeError(what + ": a batch with no inputs");
-  std::vector<c10::IValue> args;
+namespace {
+std::string first_sample_shapes(const Batch& b) {
   std::string shapes;
   for (const auto& t : b.inputs) {
     at::Tensor one = t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t;
     shapes += (shapes.empty() ? "" : ", ") + data::shape_str(one.sizes());
-    args.emplace_back(one);
   }
+  return shapes;
+}
+}  // namespace
+
+void throw_input_mismatch(const torch::jit::Module& model, const Batch& b, const std::string& what,
+                          const std::string& libtorch_error) {
+  throw RuntimeError(what + " shape " + first_sample_shapes(b) +
+                     " does not fit the model's input (" + first_layer_expectation(model) +
+                     "): " + libtorch_message(libtorch_error));
+}
+
+void check_input_fits(const torch::jit::Module& model, const Batch& b, const std::string& what) {
+  if (b.inputs.empty()) throw RuntimeError(what + ": a batch with no inputs");
+  std::vector<c10::IValue> args;
+  for (const auto& t : b.inputs)
+    args.emplace_back(t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t);
   torch::jit::Module m = model;  // shares the module; forward is not const
-  std::string msg;
   try {
     torch::NoGradGuard no_grad;
     m.forward(args);
-    return;
   } catch (const c10::Error& e) {
-    msg = libtorch_message(e.what_without_backtrace());
+    throw_input_mismatch(model, b, what, e.what_without_backtrace());
   } catch (const std::exception& e) {
-    msg = libtorch_message(e.what());
+    throw_input_mismatch(model, b, what, e.what());
   }
-  throw RuntimeError(what + " shape " + shapes + " does not fit the model's input (" +
-                     first_layer_expectation(model) + "): " + msg);
 }
 
 }  // namespace tq

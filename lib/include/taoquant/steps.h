@@ -1,0 +1,31 @@
+// Step timings: where a long operation spends its time. Each step is logged
+// at debug level as it ends and kept, in order, for the report.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tq {
+
+class StepTimer {
+ public:
+  explicit StepTimer(std::string scope);
+  // Ends the current step (begun at construction or at the last step()).
+  // A repeated name adds to that step's time.
+  void step(const std::string& what);
+  double total_seconds() const;
+  // [{"step": name, "seconds": s}, ...] in the order the steps first ended.
+  nlohmann::json to_json() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::string scope_;
+  Clock::time_point start_, last_;
+  std::vector<std::pair<std::string, double>> steps_;
+};
+
+}  // namespace tq
