@@ -134,10 +134,11 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
       tf = time_ms(run_f, 1);
       tq = time_ms(run_q, 1);
       if (!(tf >= kDecisiveMs && (tq <= 0.5 * tf || tf <= 0.5 * tq))) {
-        // A short look; a clear win (int8 at most 0.75x fp32) needs no more
-        // precision. Otherwise measure with the full budget.
+        // A short look; a clear difference (either way, 25% or more) needs
+        // no more precision. A close call gets the full budget.
         std::tie(tf, tq) = interleaved(run_f, run_q, 3, 15, /*warm=*/false);
-        if (!(tq <= 0.75 * tf)) std::tie(tf, tq) = interleaved(run_f, run_q, 7, 300, false);
+        if (tq > 0.75 * tf && tq < 1.33 * tf)
+          std::tie(tf, tq) = interleaved(run_f, run_q, 7, 300, false);
       }
     }
     out.push_back({bs, tf, tq, 0});
@@ -216,15 +217,17 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(
       bool slower = false;
       for (int64_t bs : batch_sizes) {
         at::Tensor xb = resize_batch(*x, bs);
-        auto [tf, tq] = interleaved(
-            [&] { layer.forward({xb}); },
-            [&] {
-              auto xq = at::quantize_per_tensor(xb, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
-              auto y = call_op(op, overload,
-                               {xq, packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])});
-              y.at(0).toTensor().dequantize();
-            },
-            5, 100);
+        auto run_f = [&] { layer.forward({xb}); };
+        auto run_q = [&] {
+          auto xq = at::quantize_per_tensor(xb, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
+          auto y = call_op(op, overload,
+                           {xq, packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])});
+          y.at(0).toTensor().dequantize();
+        };
+        // A short look; a close call (within 25%) gets the full budget.
+        auto [tf, tq] = interleaved(run_f, run_q, 3, 15);
+        if (tq > 0.75 * tf && tq < 1.33 * tf)
+          std::tie(tf, tq) = interleaved(run_f, run_q, 5, 100, /*warm=*/false);
         detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) +
                   ": int8 " + format_ms(tq) + " vs fp32 " + format_ms(tf);
         slower = slower || tq > tf;

@@ -28,6 +28,23 @@ namespace tq::libtorch {
 using torch::jit::Module;
 using torch::jit::QuantType;
 
+// How many leading samples of a layer's held-out input its per-layer SQNR
+// is measured on: at most ~2^17 input values (an SQNR over that many is
+// stable to ~0.1 dB) and ~2^24 multiply-adds per pass, and at least one
+// sample. A 224x224 CNN then pays about two float passes over one image per
+// layer, not over the whole held-out batch.
+int64_t sqnr_sample_count(const at::Tensor& x, const at::Tensor& w) {
+  if (x.dim() < 2 || x.size(0) <= 1) return x.dim() > 0 ? x.size(0) : 1;
+  if (w.dim() > 2 && x.dim() != w.dim()) return x.size(0);  // an unbatched conv input
+  const int64_t per_sample = std::max<int64_t>(1, x.numel() / x.size(0));
+  // Multiply-adds per sample: each weight meets each input position once
+  // (conv: spatial positions; linear: rows of a [N, ..., in] input).
+  const int64_t positions = std::max<int64_t>(1, per_sample / std::max<int64_t>(1, w.size(1)));
+  const int64_t macs = std::max<int64_t>(1, w.numel() * positions);
+  return std::min({x.size(0), std::max<int64_t>(1, (int64_t{1} << 17) / per_sample),
+                   std::max<int64_t>(1, (int64_t{1} << 24) / macs)});
+}
+
 struct StaticSession {
   std::unique_ptr<ObserverTable> table;
   Module folded;    // BN-folded, specialized float model
@@ -40,20 +57,32 @@ struct StaticSession {
   std::map<std::string, std::string> reasons;  // layer -> why it stays float
   DataLoader* loader = nullptr;                // alive from calibrate() through convert()
   size_t samples = 0, batches = 0;
-  // Each layer's float input and the model's float output on the held-out
-  // batch: one pass of a tapped copy of `folded`, or of `observed` when the
-  // held-out batch is also the only calibration batch (that pass calibrates).
-  std::map<std::string, at::Tensor> layer_inputs;
-  c10::IValue holdout_output;
+  // Each layer's float input and output (leading samples) and the model's
+  // float output on the held-out batch: one pass of a tapped copy of
+  // `folded`, or of `observed` when the held-out batch is also the only
+  // calibration batch (that pass calibrates).
+  LayerCapture cap;
   bool captured = false;
   Batch first;                 // the first calibration batch
   bool input_checked = false;  // a pass over `first` succeeded
-  const std::map<std::string, at::Tensor>& capture() {
+  CaptureOptions capture_options() const {
+    CaptureOptions o;
+    o.outputs = true;
+    o.samples = [this](const std::string& layer, const at::Tensor& x) {
+      try {
+        return sqnr_sample_count(x, find_submodule(folded, layer).attr("weight").toTensor());
+      } catch (const std::exception&) {
+        return x.dim() > 0 ? x.size(0) : int64_t{1};
+      }
+    };
+    return o;
+  }
+  const LayerCapture& capture() {
     if (!captured) {
-      layer_inputs = capture_layer_inputs(folded, holdout, &holdout_output);
+      cap = capture_layers(folded, holdout, capture_options());
       captured = true;
     }
-    return layer_inputs;
+    return cap;
   }
 };
 
@@ -256,7 +285,7 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     std::vector<c10::IValue> iv(in.begin(), in.end());
     try {
       if (tapped) {
-        s.layer_inputs = capture_layer_inputs(s.observed, in, &s.holdout_output);
+        s.cap = capture_layers(s.observed, in, s.capture_options());
         s.captured = true;
       } else {
         s.observed.forward(iv);
@@ -500,23 +529,6 @@ Module convert_observed(Module& observed) {
                           QuantType::STATIC);
 }
 
-// The leading samples of a layer input that its per-layer SQNR is measured
-// on: at most ~2^17 input values (an SQNR over that many is stable to ~0.1
-// dB) and ~2^24 multiply-adds per pass, and at least one sample. A 224x224
-// CNN then pays about two float passes over one image, not over the whole
-// held-out batch.
-at::Tensor sqnr_samples(const at::Tensor& x, const at::Tensor& w) {
-  if (x.dim() < 2 || x.size(0) <= 1) return x;
-  const int64_t per_sample = std::max<int64_t>(1, x.numel() / x.size(0));
-  // Multiply-adds per sample: each weight meets each input position once
-  // (conv: spatial positions; linear: rows of a [N, ..., in] input).
-  const int64_t positions = std::max<int64_t>(1, per_sample / std::max<int64_t>(1, w.size(1)));
-  const int64_t macs = std::max<int64_t>(1, w.numel() * positions);
-  const int64_t k = std::min({x.size(0), std::max<int64_t>(1, (int64_t{1} << 17) / per_sample),
-                              std::max<int64_t>(1, (int64_t{1} << 24) / macs)});
-  return x.narrow(0, 0, k);
-}
-
 const ObserverSlot* input_slot(const ObserverTable& t,
                                const std::map<std::string, std::string>& inputs,
                                const std::string& layer) {
@@ -565,36 +577,48 @@ void StaticPtq::convert(QuantizeContext& ctx) {
     std::string why = slower_than_float(q, "planned");
     if (!why.empty()) {
       auto slower =
-          slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture(), batch_sizes);
+          slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture().inputs, batch_sizes);
       for (const auto& [name, reason] : slower) {
         s.keep_float.insert(name);
         s.reasons[name] = reason;
       }
-      if (!slower.empty()) {
+      step("latency check");
+      bool any_int8 = false;  // a layer still planned for int8
+      for (const auto& lp : ctx.plan.layers)
+        any_int8 = any_int8 || (static_blocker(lp).empty() && !s.keep_float.count(lp.info.name));
+      if (!any_int8) {
+        ctx.warn(
+            "static_ptq: every planned layer is slower in int8 than in fp32 on this machine; "
+            "the artifact keeps every layer float");
+        q = ctx.model.clone();  // the original float model: its fused inference paths intact
+      } else if (!slower.empty()) {
         observe_and_run(ctx, s);  // re-observe without them
         q = convert_observed(s.observed);
+        step("convert");
         why = slower_than_float(q, "without slower layers");
+        step("latency check");
       }
-      if (!why.empty()) {
+      if (any_int8 && !why.empty()) {
         why = "int8 model slower than fp32 on this machine (" + why + ")";
         ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float");
         for (const auto& lp : ctx.plan.layers)
           if (!s.reasons.count(lp.info.name)) s.reasons[lp.info.name] = why;
         q = ctx.model.clone();  // the original float model: its fused inference paths intact
       }
+    } else {
+      step("latency check");
     }
-    step("latency check");
   }
   ctx.backend_meta["latency_check"] = speed;
 
   // Fidelity on the held-out batch: one float pass captures each layer's
   // input (for the per-layer SQNR) and the model's output.
-  const auto& layer_inputs = s.capture();
-  const c10::IValue& ref = s.holdout_output;
+  const auto& cap = s.capture();
+  const c10::IValue& ref = cap.model_output;
   const auto input_observers = layer_input_observers(s.observed);
   for (const auto& [layer, obs] : input_observers)
     spdlog::debug("input of {}: observer {}", layer, obs);
-  spdlog::debug("{} layer inputs captured", layer_inputs.size());
+  spdlog::debug("{} layer inputs captured", cap.inputs.size());
   {
     torch::NoGradGuard ng;
     std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
@@ -630,13 +654,18 @@ void StaticPtq::convert(QuantizeContext& ctx) {
       if (as) {
         const QParams& aq = s.table->qparams(as->id);
         r.extra["activation"] = activation_stats(aq, as->obs->name());
-        auto xi = layer_inputs.find(lp.info.name);
-        if (xi != layer_inputs.end()) {
-          // Output SQNR of this layer alone, float vs int8-simulated, on the held-out batch.
+        auto xi = cap.inputs.find(lp.info.name);
+        if (xi != cap.inputs.end()) {
+          // Output SQNR of this layer alone, float vs int8-simulated, on
+          // leading samples of the held-out batch.
           torch::NoGradGuard ng;
           NoGraphOptimization no_opt;
-          const at::Tensor x = sqnr_samples(xi->second, w);
-          auto ref = layer.forward({x}).toTensor();
+          const at::Tensor& x = xi->second;
+          auto yi = cap.outputs.find(lp.info.name);
+          const at::Tensor ref = yi != cap.outputs.end() && yi->second.dim() > 0 && x.dim() > 0 &&
+                                         yi->second.size(0) == x.size(0)
+                                     ? yi->second
+                                     : layer.forward({x}).toTensor();
           auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
           layer.setattr("weight", fq);
           auto y = layer.forward({xq}).toTensor();

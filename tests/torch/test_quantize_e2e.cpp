@@ -67,6 +67,20 @@ std::string read_all(const std::string& p) {
   return ss.str();
 }
 
+// quantize(yaml) fails with `code` and a message containing `part`, and
+// leaves no artifact in `dir`.
+void expect_quantize_error(const std::string& yaml, const std::string& dir, tq::ExitCode code,
+                           const std::string& part) {
+  try {
+    quantize(yaml);
+    FAIL("expected an error containing: " << part);
+  } catch (const tq::Error& e) {
+    CHECK(e.code() == code);
+    CHECK_THAT(e.what(), Catch::Contains(part));
+  }
+  CHECK_FALSE(fs::exists(dir + "/quantized_model_libtorch.pth"));
+}
+
 int64_t count_nodes(torch::jit::Module& m, const std::string& kind) {
   int64_t n = 0;
   for (auto* node : m.get_method("forward").graph()->nodes())
@@ -317,14 +331,7 @@ TEST_CASE("dynamic int8 runs Linear layers through quantized::linear_dynamic", "
 TEST_CASE("bad models and specs: exit codes and messages", "[e2e][errors]") {
   auto dir = tmpdir("err");
   auto expect = [&](const std::string& yaml, tq::ExitCode code, const std::string& part) {
-    try {
-      quantize(yaml);
-      FAIL("expected an error containing: " << part);
-    } catch (const tq::Error& e) {
-      CHECK(e.code() == code);
-      CHECK_THAT(e.what(), Catch::Contains(part));
-    }
-    CHECK_FALSE(fs::exists(dir + "/quantized_model_libtorch.pth"));
+    expect_quantize_error(yaml, dir, code, part);
   };
   expect(wo_spec(dir + "/missing.pt", dir, "int8"), tq::ExitCode::kRuntime, "does not exist");
   {
@@ -413,14 +420,7 @@ TEST_CASE("static int8: bad never-slower options and data that does not fit",
   auto dir = tmpdir("static_err");
   const std::string cnn = kCnn;
   auto expect = [&](const std::string& yaml, tq::ExitCode code, const std::string& part) {
-    try {
-      quantize(yaml);
-      FAIL("expected an error containing: " << part);
-    } catch (const tq::Error& e) {
-      CHECK(e.code() == code);
-      CHECK_THAT(e.what(), Catch::Contains(part));
-    }
-    CHECK_FALSE(fs::exists(dir + "/quantized_model_libtorch.pth"));
+    expect_quantize_error(yaml, dir, code, part);
   };
   expect(static_spec(dir, cnn, kCalib, "{latency_batch_sizes: [1, 0]}"), tq::ExitCode::kUsage,
          "latency_batch_sizes: expected a non-empty list of positive integers");

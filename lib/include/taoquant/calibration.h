@@ -106,9 +106,24 @@ struct LayerSite {
 };
 std::vector<LayerSite> layer_sites(torch::jit::Graph& g);
 
-// Runs `model` on `inputs` and returns the input tensor of each conv/linear
-// layer (first call), by module path; `output`, if given, receives the
-// model's output. The model itself is not modified.
+// One pass of `model` over `inputs` with a tap at each conv/linear layer
+// (its first call), by module path. The model itself is not modified, and
+// may be an observed model: then the pass also calibrates.
+struct LayerCapture {
+  std::map<std::string, at::Tensor> inputs;   // each layer's input (leading samples)
+  std::map<std::string, at::Tensor> outputs;  // its output on those samples (if asked)
+  c10::IValue model_output;                   // the model's output
+};
+struct CaptureOptions {
+  bool outputs = false;
+  // How many leading samples (dim 0) of a layer's input to keep, given the
+  // layer and its whole input; unset: all.
+  std::function<int64_t(const std::string& layer, const at::Tensor& input)> samples;
+};
+LayerCapture capture_layers(const torch::jit::Module& model, const std::vector<at::Tensor>& inputs,
+                            const CaptureOptions& opts = {});
+
+// capture_layers(...).inputs, and the model's output into `output` if given.
 std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
                                                        const std::vector<at::Tensor>& inputs,
                                                        c10::IValue* output = nullptr);

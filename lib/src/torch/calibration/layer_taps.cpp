@@ -24,12 +24,39 @@ using torch::jit::Node;
 using torch::jit::Value;
 namespace prim = torch::jit::prim;
 
+// The capture in progress (one at a time). Output taps use ids offset by
+// kOutputTap and keep as many samples as the same layer's input tap.
+constexpr int64_t kOutputTap = int64_t{1} << 32;
+struct TapState {
+  const std::vector<std::string>* names = nullptr;
+  const CaptureOptions* opts = nullptr;
+  std::map<int64_t, at::Tensor> in, out;
+  std::map<int64_t, int64_t> kept;  // samples kept per layer id
+};
 std::mutex g_tap_mutex;
-std::map<int64_t, at::Tensor>* g_taps = nullptr;
+TapState* g_taps = nullptr;
 
 at::Tensor tap_op(const at::Tensor& x, int64_t id) {
   std::lock_guard<std::mutex> lock(g_tap_mutex);
-  if (g_taps && !g_taps->count(id)) (*g_taps)[id] = x.detach().clone();
+  if (!g_taps) return x;
+  const bool is_out = id >= kOutputTap;
+  const int64_t lid = is_out ? id - kOutputTap : id;
+  auto& dst = is_out ? g_taps->out : g_taps->in;
+  if (dst.count(lid)) return x;  // a layer called twice: its first call
+  const int64_t n = x.dim() > 0 ? x.size(0) : 0;
+  int64_t keep = n;
+  if (is_out) {
+    auto k = g_taps->kept.find(lid);
+    if (k != g_taps->kept.end()) keep = k->second;
+  } else {
+    if (g_taps->opts->samples && n > 0)
+      keep = std::clamp<int64_t>(
+          g_taps->opts->samples(g_taps->names->at(static_cast<size_t>(lid)), x), 1, n);
+    g_taps->kept[lid] = keep;
+  }
+  at::Tensor t = x.detach();
+  if (keep < n) t = t.narrow(0, 0, keep);
+  dst[lid] = t.clone();
   return x;
 }
 
@@ -215,37 +242,51 @@ std::vector<LayerSite> layer_sites(torch::jit::Graph& g) {
   return out;
 }
 
-std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
-                                                       const std::vector<at::Tensor>& inputs,
-                                                       c10::IValue* output) {
+LayerCapture capture_layers(const torch::jit::Module& model, const std::vector<at::Tensor>& inputs,
+                            const CaptureOptions& opts) {
   // A private copy (its own types and graphs; the tensors are shared, not
-  // copied) whose forward is inlined, with a tap before each layer.
+  // copied) whose forward is inlined, with taps around each layer.
   torch::jit::Module m = model.clone(/*inplace=*/true);
   auto g = m.get_method("forward").graph();
   inline_everything(*g);
+  const auto tap_kind = c10::Symbol::fromQualString("taoquant::tap");
   std::vector<std::string> names;
   for (const LayerSite& site : layer_sites(*g)) {
     Node* n = site.op;
-    const std::string& layer = site.layer;
-    torch::jit::WithInsertPoint guard(n);
-    Value* id = g->insertConstant(static_cast<int64_t>(names.size()));
-    Node* tap = g->create(c10::Symbol::fromQualString("taoquant::tap"), {n->input(0), id}, 1);
-    tap->insertBefore(n);
-    tap->output()->setType(n->input(0)->type());
-    n->replaceInput(0, tap->output());
-    names.push_back(layer);
+    const auto lid = static_cast<int64_t>(names.size());
+    {
+      torch::jit::WithInsertPoint guard(n);
+      Value* id = g->insertConstant(lid);
+      Node* tap = g->create(tap_kind, {n->input(0), id}, 1);
+      tap->insertBefore(n);
+      tap->output()->setType(n->input(0)->type());
+      n->replaceInput(0, tap->output());
+    }
+    if (opts.outputs) {
+      Value* y = n->output();
+      torch::jit::WithInsertPoint guard(n->next());
+      Value* id = g->insertConstant(lid + kOutputTap);
+      Node* tap = g->create(tap_kind, {y, id}, 1);
+      tap->insertAfter(id->node());
+      tap->output()->setType(y->type());
+      y->replaceAllUsesWith(tap->output());
+      tap->replaceInput(0, y);
+    }
+    names.push_back(site.layer);
   }
-  std::map<int64_t, at::Tensor> taps;
+  TapState state;
+  state.names = &names;
+  state.opts = &opts;
+  LayerCapture out;
   {
     std::lock_guard<std::mutex> lock(g_tap_mutex);
-    g_taps = &taps;
+    g_taps = &state;
   }
   try {
     torch::NoGradGuard no_grad;
     NoGraphOptimization no_opt;
     std::vector<c10::IValue> in(inputs.begin(), inputs.end());
-    auto out = m.forward(in);
-    if (output) *output = std::move(out);
+    out.model_output = m.forward(in);
   } catch (...) {
     std::lock_guard<std::mutex> lock(g_tap_mutex);
     g_taps = nullptr;
@@ -255,9 +296,17 @@ std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module&
     std::lock_guard<std::mutex> lock(g_tap_mutex);
     g_taps = nullptr;
   }
-  std::map<std::string, at::Tensor> out;
-  for (auto& [id, t] : taps) out[names.at(static_cast<size_t>(id))] = std::move(t);
+  for (auto& [id, t] : state.in) out.inputs[names.at(static_cast<size_t>(id))] = std::move(t);
+  for (auto& [id, t] : state.out) out.outputs[names.at(static_cast<size_t>(id))] = std::move(t);
   return out;
+}
+
+std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
+                                                       const std::vector<at::Tensor>& inputs,
+                                                       c10::IValue* output) {
+  auto c = capture_layers(model, inputs);
+  if (output) *output = std::move(c.model_output);
+  return std::move(c.inputs);
 }
 
 }  // namespace tq

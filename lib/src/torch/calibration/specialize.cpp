@@ -101,6 +101,23 @@ void fold_training_flags(Graph& g) {
   }
 }
 
+// Whether any graph reads the grad mode or a tensor's requires_grad.
+bool asks_grad_mode(const std::vector<std::shared_ptr<Graph>>& graphs) {
+  std::function<bool(Block*)> walk = [&](Block* b) {
+    for (Node* n : b->nodes()) {
+      const std::string k = n->kind().toQualString();
+      if (k == "aten::is_grad_enabled" || k == "prim::requires_grad" || k == "aten::requires_grad")
+        return true;
+      for (Block* sub : n->blocks())
+        if (walk(sub)) return true;
+    }
+    return false;
+  };
+  for (const auto& g : graphs)
+    if (walk(g->block())) return true;
+  return false;
+}
+
 struct Site {
   std::shared_ptr<Graph> graph;
   Node* if_node;
@@ -111,14 +128,31 @@ struct Site {
 
 BranchSpecialization specialize_branches(torch::jit::Module& model,
                                          const std::vector<at::Tensor>& sample) {
-  // All method graphs, once per type (types are shared between instances).
-  std::vector<std::shared_ptr<Graph>> graphs;
-  std::set<c10::ClassType*> seen;
+  // The method graphs that forward reaches, once each (types are shared
+  // between instances). Methods nothing calls (e.g. a BatchNorm folded
+  // away) are left alone: their branches would never be reached.
   bool all_eval = true;
-  for (const auto& m : model.modules()) {
-    all_eval = all_eval && !m.is_training();
-    if (!seen.insert(m.type().get()).second) continue;
-    for (const auto& method : m.get_methods()) graphs.push_back(method.graph());
+  for (const auto& m : model.modules()) all_eval = all_eval && !m.is_training();
+  std::vector<std::shared_ptr<Graph>> graphs;
+  std::set<const torch::jit::Function*> seen;
+  std::vector<torch::jit::Function*> todo = {&model.get_method("forward").function()};
+  while (!todo.empty()) {
+    torch::jit::Function* fn = todo.back();
+    todo.pop_back();
+    if (!seen.insert(fn).second) continue;
+    auto* gf = torch::jit::tryToGraphFunction(*fn);
+    if (!gf) continue;
+    graphs.push_back(gf->graph());
+    std::function<void(Block*)> calls = [&](Block* b) {
+      for (Node* n : b->nodes()) {
+        for (Block* sub : n->blocks()) calls(sub);
+        if (n->kind() != torch::jit::prim::CallMethod) continue;
+        auto cls = n->input(0)->type()->cast<c10::ClassType>();
+        if (!cls) continue;
+        if (auto* callee = cls->findMethod(n->s(torch::jit::attr::name))) todo.push_back(callee);
+      }
+    };
+    calls(gf->graph()->block());
   }
   BranchSpecialization result;
   size_t ifs_before = 0;
@@ -164,9 +198,10 @@ BranchSpecialization specialize_branches(torch::jit::Module& model,
     g_branches = &counts;
   }
   try {
-    // Grad enabled: inference fast paths (fused attention/encoder kernels)
-    // check for it and are skipped, so the Linear modules stay visible.
-    torch::AutoGradMode grad(true);
+    // Grad enabled where a graph asks for it: inference fast paths (fused
+    // attention/encoder kernels) check for it and are skipped, so the
+    // Linear modules stay visible. Elsewhere autograd would only cost time.
+    torch::AutoGradMode grad(asks_grad_mode(graphs));
     NoGraphOptimization no_opt;
     std::vector<c10::IValue> inputs(sample.begin(), sample.end());
     model.forward(inputs);
