@@ -190,13 +190,31 @@ at::Tensor weight_result(LayerResult& r, const at::Tensor& w, const QParams& wq)
   auto [mn, mx] = std::minmax_element(wq.scale.begin(), wq.scale.end());
   r.scale_min = *mn;
   r.scale_max = *mx;
-  auto scales = torch::tensor(wq.scale, torch::kFloat);
-  auto fq = wq.per_channel ? at::fake_quantize_per_channel_affine(
-                                 w, scales, torch::zeros_like(scales).to(at::kInt), 0, -128, 127)
-                           : at::fake_quantize_per_tensor_affine(w, wq.scale[0], 0, -128, 127);
-  r.weight_sqnr_db = tensor_sqnr_db(w, fq);
   r.bytes_after = static_cast<size_t>(w.numel()) + wq.scale.size() * 8;
-  return fq;
+  // Symmetric int8 on the grid of each channel (dim 0) or of the tensor, and
+  // the SQNR, in one pass: these are the largest tensors of the model.
+  const at::Tensor wf = w.to(at::kFloat).contiguous();
+  at::Tensor fq = at::empty_like(wf);
+  const int64_t channels = wq.per_channel ? wf.size(0) : 1;
+  TORCH_CHECK(static_cast<int64_t>(wq.scale.size()) >= channels, "weight_result: ", wq.scale.size(),
+              " scales for ", channels, " channels");
+  const int64_t per = wf.numel() / std::max<int64_t>(1, channels);
+  const float* src = wf.data_ptr<float>();
+  float* dst = fq.data_ptr<float>();
+  double num = 0, den = 0;
+  for (int64_t c = 0; c < channels; ++c) {
+    const auto scale = static_cast<float>(wq.scale[static_cast<size_t>(c)]);
+    const float inv = 1.0f / scale;  // as LibTorch's fake_quantize
+    for (int64_t i = c * per, end = i + per; i < end; ++i) {
+      const float q = std::min(127.0f, std::max(-128.0f, std::nearbyint(src[i] * inv)));
+      dst[i] = q * scale;
+      const double d = static_cast<double>(src[i]) - dst[i];
+      num += static_cast<double>(src[i]) * src[i];
+      den += d * d;
+    }
+  }
+  r.weight_sqnr_db = den == 0 ? INFINITY : 10.0 * std::log10(num / std::max(den, 1e-300));
+  return fq.to(w.scalar_type());
 }
 
 bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
