@@ -144,6 +144,7 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
     out.push_back({bs, tf, tq, 0});
     fp32_ms_per_sample = tf / static_cast<double>(bs);
     if (tq <= kInferRatio * tf) clear_win_at = bs;
+    if (tq > tf) break;  // slower at one batch size decides; larger ones are not measured
   }
   return out;
 }
@@ -215,7 +216,18 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(
       }
       std::string detail;
       bool slower = false;
-      for (int64_t bs : batch_sizes) {
+      std::vector<int64_t> sizes = batch_sizes;
+      std::sort(sizes.begin(), sizes.end());
+      double fp32_per_sample = 0;
+      int64_t clear_win_at = 0;
+      // Ascending batch sizes; the first slower one decides, and larger
+      // batches are inferred from a 2x win as in compare_model_latency.
+      for (int64_t bs : sizes) {
+        if (clear_win_at > 0 && fp32_per_sample * static_cast<double>(bs) > kInferAboveMs) {
+          detail +=
+              "; bs " + std::to_string(bs) + ": inferred from bs " + std::to_string(clear_win_at);
+          continue;
+        }
         at::Tensor xb = resize_batch(*x, bs);
         auto run_f = [&] { layer.forward({xb}); };
         auto run_q = [&] {
@@ -230,7 +242,12 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(
           std::tie(tf, tq) = interleaved(run_f, run_q, 5, 100, /*warm=*/false);
         detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) +
                   ": int8 " + format_ms(tq) + " vs fp32 " + format_ms(tf);
-        slower = slower || tq > tf;
+        fp32_per_sample = tf / static_cast<double>(bs);
+        if (tq <= kInferRatio * tf) clear_win_at = bs;
+        if (tq > tf) {
+          slower = true;
+          break;
+        }
       }
       if (slower)
         out.emplace_back(lp.info.name, "int8 slower than fp32 for this layer (" + detail + ")");

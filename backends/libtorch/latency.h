@@ -34,7 +34,7 @@ constexpr double kInferAboveMs = 100;
 constexpr double kDecisiveMs = 10;
 
 // Float model vs int8 model on `sample` resized to each batch size (measured
-// in ascending order).
+// in ascending order, up to the first where int8 is slower).
 std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
                                                const torch::jit::Module& int8,
                                                const std::vector<at::Tensor>& sample,
