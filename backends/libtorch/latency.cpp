@@ -68,6 +68,40 @@ std::pair<double, double> interleaved(FA&& a, FB&& b, int reps, double budget_ms
   return {median(ra), median(rb)};
 }
 
+// Batch sizes in ascending order: which to measure, which to infer, and
+// when to stop (the first batch size where int8 is slower decides).
+class BatchLadder {
+ public:
+  // > 0: the smaller batch whose 2x int8 win stands for `bs`, which would be
+  // too costly to measure (one fp32 call over kInferAboveMs). A larger batch
+  // spreads int8's per-call overhead (quantize, dequantize, dispatch) over
+  // more samples, so the win holds (docs/benchmarks.md).
+  int64_t inferred_from(int64_t bs) const {
+    return clear_win_at_ > 0 && estimate_ms(bs) > kInferAboveMs ? clear_win_at_ : 0;
+  }
+  double estimate_ms(int64_t bs) const { return fp32_ms_per_sample_ * static_cast<double>(bs); }
+  // Records a measurement; false when int8 was slower (stop here).
+  bool record(int64_t bs, double fp32_ms, double int8_ms) {
+    fp32_ms_per_sample_ = fp32_ms / static_cast<double>(bs);
+    if (int8_ms <= kInferRatio * fp32_ms) clear_win_at_ = bs;
+    return int8_ms <= fp32_ms;
+  }
+
+ private:
+  double fp32_ms_per_sample_ = 0;  // from the largest batch measured so far
+  int64_t clear_win_at_ = 0;       // a measured batch where int8 took <= kInferRatio of fp32
+};
+
+// Interleaved medians: a short look; a clear difference (either way, 25% or
+// more) needs no more precision, a close call gets the full budget.
+template <class FA, class FB>
+std::pair<double, double> look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms) {
+  auto [ta, tb] = interleaved(a, b, 3, 15, warm);
+  if (tb > 0.75 * ta && tb < 1.33 * ta)
+    std::tie(ta, tb) = interleaved(a, b, full_reps, full_budget_ms, /*warm=*/false);
+  return {ta, tb};
+}
+
 at::Tensor resize_batch(const at::Tensor& t, int64_t bs) {
   int64_t n = t.size(0);
   if (n >= bs) return t.slice(0, 0, bs).contiguous();
@@ -107,14 +141,10 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
   torch::jit::Module f = fp32, q = int8;
   std::sort(batch_sizes.begin(), batch_sizes.end());
   std::vector<LatencyPair> out;
-  double fp32_ms_per_sample = 0;  // from the largest batch measured so far
-  int64_t clear_win_at = 0;       // a measured batch where int8 took <= kInferRatio of fp32
+  BatchLadder ladder;
   for (int64_t bs : batch_sizes) {
-    if (clear_win_at > 0 && fp32_ms_per_sample * static_cast<double>(bs) > kInferAboveMs) {
-      // Expensive to measure, and int8 already won by 2x at a smaller batch:
-      // a larger batch spreads int8's per-call overhead (quantize, dequantize,
-      // dispatch) over more samples, so the win holds (docs/benchmarks.md).
-      out.push_back({bs, fp32_ms_per_sample * static_cast<double>(bs), 0, clear_win_at});
+    if (int64_t from = ladder.inferred_from(bs)) {
+      out.push_back({bs, ladder.estimate_ms(bs), 0, from});
       continue;
     }
     std::vector<c10::IValue> in;
@@ -133,18 +163,11 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
       run_q();
       tf = time_ms(run_f, 1);
       tq = time_ms(run_q, 1);
-      if (!(tf >= kDecisiveMs && (tq <= 0.5 * tf || tf <= 0.5 * tq))) {
-        // A short look; a clear difference (either way, 25% or more) needs
-        // no more precision. A close call gets the full budget.
-        std::tie(tf, tq) = interleaved(run_f, run_q, 3, 15, /*warm=*/false);
-        if (tq > 0.75 * tf && tq < 1.33 * tf)
-          std::tie(tf, tq) = interleaved(run_f, run_q, 7, 300, false);
-      }
+      if (!(tf >= kDecisiveMs && (tq <= 0.5 * tf || tf <= 0.5 * tq)))
+        std::tie(tf, tq) = look(run_f, run_q, /*warm=*/false, 7, 300);
     }
     out.push_back({bs, tf, tq, 0});
-    fp32_ms_per_sample = tf / static_cast<double>(bs);
-    if (tq <= kInferRatio * tf) clear_win_at = bs;
-    if (tq > tf) break;  // slower at one batch size decides; larger ones are not measured
+    if (!ladder.record(bs, tf, tq)) break;
   }
   return out;
 }
@@ -218,14 +241,10 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(
       bool slower = false;
       std::vector<int64_t> sizes = batch_sizes;
       std::sort(sizes.begin(), sizes.end());
-      double fp32_per_sample = 0;
-      int64_t clear_win_at = 0;
-      // Ascending batch sizes; the first slower one decides, and larger
-      // batches are inferred from a 2x win as in compare_model_latency.
+      BatchLadder ladder;
       for (int64_t bs : sizes) {
-        if (clear_win_at > 0 && fp32_per_sample * static_cast<double>(bs) > kInferAboveMs) {
-          detail +=
-              "; bs " + std::to_string(bs) + ": inferred from bs " + std::to_string(clear_win_at);
+        if (int64_t from = ladder.inferred_from(bs)) {
+          detail += "; bs " + std::to_string(bs) + ": inferred from bs " + std::to_string(from);
           continue;
         }
         at::Tensor xb = resize_batch(*x, bs);
@@ -236,15 +255,10 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(
                            {xq, packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])});
           y.at(0).toTensor().dequantize();
         };
-        // A short look; a close call (within 25%) gets the full budget.
-        auto [tf, tq] = interleaved(run_f, run_q, 3, 15);
-        if (tq > 0.75 * tf && tq < 1.33 * tf)
-          std::tie(tf, tq) = interleaved(run_f, run_q, 5, 100, /*warm=*/false);
+        auto [tf, tq] = look(run_f, run_q, /*warm=*/true, 5, 100);
         detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) +
                   ": int8 " + format_ms(tq) + " vs fp32 " + format_ms(tf);
-        fp32_per_sample = tf / static_cast<double>(bs);
-        if (tq <= kInferRatio * tf) clear_win_at = bs;
-        if (tq > tf) {
+        if (!ladder.record(bs, tf, tq)) {
           slower = true;
           break;
         }

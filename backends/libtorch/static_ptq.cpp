@@ -10,7 +10,6 @@
 #include <torch/script.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <set>
 

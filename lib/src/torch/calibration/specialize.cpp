@@ -3,7 +3,6 @@
 // passes (which cannot observe values returned by `if` branches
 // consistently) work on models such as nn.TransformerEncoderLayer and
 // torchvision's EfficientNet.
-#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -62,11 +61,24 @@ void inline_functions(Block* b) {
   }
 }
 
-void collect_ifs(Block* b, std::vector<Node*>& out) {
+// The nodes of a block and its sub-blocks that `keep` accepts, in pre-order
+// (a node before the nodes nested in it).
+template <class F>
+void nodes_where(Block* b, const F& keep, std::vector<Node*>& out) {
   for (Node* n : b->nodes()) {
-    if (n->kind() == torch::jit::prim::If) out.push_back(n);
-    for (Block* sub : n->blocks()) collect_ifs(sub, out);
+    if (keep(n)) out.push_back(n);
+    for (Block* sub : n->blocks()) nodes_where(sub, keep, out);
   }
+}
+template <class F>
+std::vector<Node*> nodes_where(Block* b, const F& keep) {
+  std::vector<Node*> out;
+  nodes_where(b, keep, out);
+  return out;
+}
+
+std::vector<Node*> ifs_of(Graph& g) {
+  return nodes_where(g.block(), [](Node* n) { return n->kind() == torch::jit::prim::If; });
 }
 
 // Replaces an If node by the nodes of one of its blocks.
@@ -83,17 +95,11 @@ void inline_branch(Node* n, size_t which) {
 
 // Replaces reads of a module's `training` flag by the constant false.
 void fold_training_flags(Graph& g) {
-  std::vector<Node*> reads;
-  std::function<void(Block*)> walk = [&](Block* b) {
-    for (Node* n : b->nodes()) {
-      for (Block* sub : n->blocks()) walk(sub);
-      if (n->kind() == torch::jit::prim::GetAttr && n->s(torch::jit::attr::name) == "training" &&
-          n->input(0)->type()->cast<c10::ClassType>() &&
-          n->output()->type()->isSubtypeOf(*c10::BoolType::get()))
-        reads.push_back(n);
-    }
-  };
-  walk(g.block());
+  const auto reads = nodes_where(g.block(), [](Node* n) {
+    return n->kind() == torch::jit::prim::GetAttr && n->s(torch::jit::attr::name) == "training" &&
+           n->input(0)->type()->cast<c10::ClassType>() &&
+           n->output()->type()->isSubtypeOf(*c10::BoolType::get());
+  });
   for (Node* n : reads) {
     torch::jit::WithInsertPoint guard(n);
     n->output()->replaceAllUsesWith(g.insertConstant(false));
@@ -103,18 +109,12 @@ void fold_training_flags(Graph& g) {
 
 // Whether any graph reads the grad mode or a tensor's requires_grad.
 bool asks_grad_mode(const std::vector<std::shared_ptr<Graph>>& graphs) {
-  std::function<bool(Block*)> walk = [&](Block* b) {
-    for (Node* n : b->nodes()) {
-      const std::string k = n->kind().toQualString();
-      if (k == "aten::is_grad_enabled" || k == "prim::requires_grad" || k == "aten::requires_grad")
-        return true;
-      for (Block* sub : n->blocks())
-        if (walk(sub)) return true;
-    }
-    return false;
+  auto reads_grad = [](Node* n) {
+    const std::string k = n->kind().toQualString();
+    return k == "aten::is_grad_enabled" || k == "prim::requires_grad" || k == "aten::requires_grad";
   };
   for (const auto& g : graphs)
-    if (walk(g->block())) return true;
+    if (!nodes_where(g->block(), reads_grad).empty()) return true;
   return false;
 }
 
@@ -143,24 +143,18 @@ BranchSpecialization specialize_branches(torch::jit::Module& model,
     auto* gf = torch::jit::tryToGraphFunction(*fn);
     if (!gf) continue;
     graphs.push_back(gf->graph());
-    std::function<void(Block*)> calls = [&](Block* b) {
-      for (Node* n : b->nodes()) {
-        for (Block* sub : n->blocks()) calls(sub);
-        if (n->kind() != torch::jit::prim::CallMethod) continue;
-        auto cls = n->input(0)->type()->cast<c10::ClassType>();
-        if (!cls) continue;
-        if (auto* callee = cls->findMethod(n->s(torch::jit::attr::name))) todo.push_back(callee);
-      }
-    };
-    calls(gf->graph()->block());
+    auto is_call = [](Node* n) { return n->kind() == torch::jit::prim::CallMethod; };
+    for (Node* n : nodes_where(gf->graph()->block(), is_call)) {
+      auto cls = n->input(0)->type()->cast<c10::ClassType>();
+      if (!cls) continue;
+      if (auto* callee = cls->findMethod(n->s(torch::jit::attr::name))) todo.push_back(callee);
+    }
   }
   BranchSpecialization result;
   size_t ifs_before = 0;
   for (auto& g : graphs) {
     inline_functions(g->block());
-    std::vector<Node*> ifs;
-    collect_ifs(g->block(), ifs);
-    ifs_before += ifs.size();
+    ifs_before += ifs_of(*g).size();
     // Decided without data: constant conditions, and `self.training` when
     // every module is in eval mode.
     if (all_eval) fold_training_flags(*g);
@@ -170,9 +164,7 @@ BranchSpecialization specialize_branches(torch::jit::Module& model,
 
   std::vector<Site> sites;
   for (auto& g : graphs) {
-    std::vector<Node*> ifs;
-    collect_ifs(g->block(), ifs);
-    for (Node* n : ifs) {
+    for (Node* n : ifs_of(*g)) {
       torch::jit::WithInsertPoint guard(n);
       Value* id = g->insertConstant(static_cast<int64_t>(sites.size()));
       Node* rec =
