@@ -81,6 +81,58 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   return s;
 }
 
+template <class E>
+std::string join_names(const std::vector<E>& v, size_t all = 0) {
+  if (all && v.size() == all) return "all";
+  std::vector<std::string> names;
+  for (auto x : v) names.emplace_back(tq::to_string(x));
+  return names.empty() ? "-" : join(names);
+}
+
+std::string alias_list(const tq::BackendInfo& b) {
+  std::vector<std::string> aliases;
+  for (const auto& a : b.aliases)
+    aliases.push_back(a.name + (a.modes.empty() ? "" : " (" + join_names(a.modes) + ")"));
+  return join(aliases);
+}
+
+// One row per (backend, mode): the capability table each mode runs on.
+std::string backends_table(const std::vector<const tq::BackendInfo*>& list) {
+  std::vector<std::vector<std::string>> rows;
+  const size_t kinds = tq::layer_kind_table().entries.size();
+  for (const auto* b : list) {
+    bool first = true;
+    for (auto m : b->caps.modes) {
+      const auto mc = b->caps.for_mode(m);
+      rows.push_back({first ? b->name : "", first ? alias_list(*b) : "",
+                      std::string(tq::to_string(m)), join_names(mc.weight_dtypes),
+                      join_names(mc.activation_dtypes), join_names(mc.layer_kinds, kinds),
+                      first ? b->origin : ""});
+      first = false;
+    }
+  }
+  return tq::format_table({"backend", "aliases", "mode", "weight dtypes", "activation dtypes",
+                           "layer kinds", "origin"},
+                          rows);
+}
+
+// Each backend's backend_kwargs schema.
+std::string options_text(const std::vector<const tq::BackendInfo*>& list) {
+  std::string out;
+  for (const auto* b : list) {
+    if (b->caps.options.empty()) continue;
+    out += "\n" + b->name + " backend_kwargs:\n";
+    for (const auto& opt : b->caps.options) {
+      std::string type(tq::to_string(opt.type));
+      if (!opt.allowed.empty()) type = join(opt.allowed, "|");
+      out += "  " + opt.name + " (" + type + ", default " +
+             (opt.default_value.is_null() ? std::string("unset") : opt.default_value.dump()) +
+             (opt.modes.empty() ? "" : ", " + join_names(opt.modes)) + "): " + opt.help + "\n";
+    }
+  }
+  return out;
+}
+
 int run_backends(Options& o) {
   auto list = tq::BackendRegistry::instance().list();
   if (o.json) {
@@ -89,25 +141,7 @@ int run_backends(Options& o) {
     std::cout << nlohmann::json{{"backends", arr}}.dump(2) << "\n";
     return 0;
   }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto* b : list) {
-    auto j = tq::backend_to_json(*b);
-    std::vector<std::string> aliases;
-    for (const auto& a : b->aliases) {
-      std::string s = a.name;
-      if (!a.modes.empty()) {
-        std::vector<std::string> m;
-        for (auto x : a.modes) m.emplace_back(tq::to_string(x));
-        s += " (" + join(m, "/") + ")";
-      }
-      aliases.push_back(s);
-    }
-    rows.push_back({b->name, join(aliases), join(j["modes"].get<std::vector<std::string>>()),
-                    join(j["weight_dtypes"].get<std::vector<std::string>>()),
-                    join(j["activation_dtypes"].get<std::vector<std::string>>()), b->origin});
-  }
-  std::cout << tq::format_table(
-      {"backend", "aliases", "modes", "weight dtypes", "activation dtypes", "origin"}, rows);
+  std::cout << backends_table(list) << options_text(list);
   return 0;
 }
 

@@ -14,12 +14,12 @@ namespace {
 
 class FakeQuantBackend : public QuantizerBase, public Calibratable {
  public:
-  void calibrate(QuantizeContext& ctx, DataLoader& loader) override {
-    static_.calibrate(ctx, loader);
+  void calibrate(QuantizeContext& ctx, CalibrationData& data) override {
+    static_.calibrate(ctx, data);
   }
 
   void quantize(QuantizeContext& ctx) override {
-    if (ctx.spec.quantize.mode == Mode::kStatic) {
+    if (ctx.plan.mode == Mode::kStatic) {
       ctx.backend_meta["storage"] =
           "float weights rounded to the quantization grid; quantize->dequantize of layer inputs in "
           "the graph";
@@ -50,12 +50,15 @@ BackendInfo info() {
   b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3,
                           DType::kFp8E5M2};
   b.caps.activation_dtypes = {DType::kInt8, DType::kUInt8, DType::kFp8E4M3, DType::kFp8E5M2};
-  const std::vector<DType> any_weight = b.caps.weight_dtypes;
-  b.caps.dtype_configs = {{Mode::kWeightOnly, any_weight, {}},
-                          {Mode::kStatic, any_weight, b.caps.activation_dtypes}};
   b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel,
                           Granularity::kPerGroup};
   for (const auto& e : layer_kind_table().entries) b.caps.layer_kinds.push_back(e.value);
+  ModeCaps wo, st;
+  wo.mode = Mode::kWeightOnly;
+  wo.kernel = "float weights on the quantization grid";
+  st.mode = Mode::kStatic;
+  st.kernel = "quantize->dequantize in the float graph";
+  b.caps.per_mode = {wo, st};
   return b;
 }
 

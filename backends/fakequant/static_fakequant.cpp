@@ -67,19 +67,15 @@ struct StaticFakeQuant::Session {
   std::map<std::string, int64_t> slot_of;   // layer -> observer slot of its input
   std::map<std::string, Node*> observe_of;  // layer -> the observe node
   std::vector<at::Tensor> holdout;
-  size_t samples = 0, batches = 0;
 };
 
 StaticFakeQuant::StaticFakeQuant() = default;
 StaticFakeQuant::~StaticFakeQuant() = default;
 
-void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
+void StaticFakeQuant::calibrate(QuantizeContext& ctx, CalibrationData& data) {
   s_ = std::make_unique<Session>();
   auto& s = *s_;
-  const auto t0 = std::chrono::steady_clock::now();
-  loader.reset();
-  Batch first;
-  if (!loader.next(first)) throw RuntimeError("calibration data is empty: " + loader.describe());
+  const Batch& first = data.first();
   check_input_fits(ctx.model, first, "calibration data");
 
   // Straight-line inference graph: branches specialized (fused fast paths
@@ -100,18 +96,15 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
   for (const auto& lp : ctx.plan.layers) plan[lp.info.name] = &lp;
   for (const LayerSite& site : layer_sites(*g)) {
     auto it = plan.find(site.layer);
-    if (it == plan.end() || it->second->skipped || !it->second->activations.quantized()) continue;
+    if (it == plan.end() || !it->second->quantized() || !it->second->activations.quantized())
+      continue;
     const LayerPlan& lp = *it->second;
     ObserverTemplate t;
-    t.observer = lp.activations.observer.empty()
-                     ? std::string(to_string(ctx.spec.quantize.algorithm))
-                     : lp.activations.observer;
+    t.observer = lp.activations.observer.empty() ? ctx.plan.algorithm : lp.activations.observer;
     t.cfg.dtype = lp.activations.dtype;
     t.cfg.symmetric = is_fp8(lp.activations.dtype) || lp.activations.symmetric;
     t.cfg.kwargs = lp.activations.observer_kwargs;
-    t.loc = ctx.spec.loc(lp.rule_index >= 0
-                             ? "quantize.layers." + std::to_string(lp.rule_index) + ".activations"
-                             : "quantize.default_activation_dtype");
+    t.loc = lp.activations.loc;
     const int64_t id =
         s.table->add_slot(s.table->add_template(std::move(t)), site.layer + ":input");
     torch::jit::WithInsertPoint guard(site.op);
@@ -127,30 +120,11 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, DataLoader& loader) {
   // All batches but the last observe; the last is held out for fidelity.
   torch::NoGradGuard no_grad;
   NoGraphOptimization no_opt;
-  auto run = [&](const std::vector<at::Tensor>& in) {
+  data.pass([&](const std::vector<at::Tensor>& in, bool) {
     std::vector<c10::IValue> iv(in.begin(), in.end());
     s.work.forward(iv);
-    s.samples += static_cast<size_t>(in[0].size(0));
-    ++s.batches;
-  };
-  loader.reset();
-  const size_t total = loader.num_batches();
-  Batch b;
-  std::vector<at::Tensor> prev;
-  size_t done = 0;
-  while (loader.next(b)) {
-    if (!prev.empty()) run(prev);
-    prev = b.inputs;
-    if (ctx.on_progress) ctx.on_progress("calibrate", ++done, total);
-  }
-  if (s.batches == 0) run(prev);
-  s.holdout = prev;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ctx.calibration = {{"samples", s.samples},
-                     {"batches", s.batches},
-                     {"holdout_samples", s.holdout.empty() ? 0 : s.holdout[0].size(0)},
-                     {"seconds", secs},
-                     {"data", loader.describe()}};
+  });
+  s.holdout = data.holdout();
 }
 
 void StaticFakeQuant::convert(QuantizeContext& ctx) {
@@ -196,7 +170,7 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
   // Weights: rounded to the grid in place.
   std::map<std::string, fmt::QuantizedWeight> weights;
   for (const auto& lp : ctx.plan.layers) {
-    if (!lp.weights.quantized()) continue;
+    if (!lp.quantized() || !lp.weights.quantized()) continue;
     auto layer = find_submodule(s.work, lp.info.name);
     fmt::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
     set_weight_values(layer, q.dequant);
@@ -228,9 +202,7 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
     if (wq != weights.end()) {
       r = weight_layer_result(lp, wq->second, bytes, bytes);
     } else {
-      r.name = lp.info.name;
-      r.class_name = lp.info.class_name;
-      r.weight_shape = lp.info.weight_shape;
+      r = layer_result(lp);
       r.bytes_before = r.bytes_after = bytes;
     }
     auto a = act.find(lp.info.name);
@@ -244,7 +216,7 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
     }
     if (wq == weights.end() && a == act.end()) {
       r.kept_float = true;
-      r.reason = lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
+      r.reason = lp.why_float();
     }
     auto fi = float_inputs.find(lp.info.name), qi = fq_inputs.find(lp.info.name);
     if (fi != float_inputs.end() && qi != fq_inputs.end()) {

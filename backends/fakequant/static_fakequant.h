@@ -10,7 +10,7 @@
 #include "taoquant/backend.h"
 
 namespace tq {
-class DataLoader;
+class CalibrationData;
 }
 
 namespace tq::fakequant {
@@ -19,7 +19,7 @@ class StaticFakeQuant {
  public:
   StaticFakeQuant();
   ~StaticFakeQuant();
-  void calibrate(QuantizeContext& ctx, DataLoader& loader);
+  void calibrate(QuantizeContext& ctx, CalibrationData& data);
   void convert(QuantizeContext& ctx);
 
  private:

@@ -3,6 +3,7 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "compact_weights.h"
 #include "static_ptq.h"
@@ -14,30 +15,12 @@ namespace tq::libtorch {
 
 namespace {
 
-// The quantize.backend_kwargs keys this backend reads (docs/spec.md).
-const std::vector<std::string>& known_kwargs() {
-  static const std::vector<std::string> k = {"engine", "latency_check", "latency_batch_sizes"};
-  return k;
-}
-
 class LibTorchBackend : public QuantizerBase, public Calibratable {
  public:
-  void prepare(QuantizeContext& ctx) override {
-    std::string list;
-    for (const auto& k : known_kwargs()) list += (list.empty() ? "" : ", ") + k;
-    for (const auto& [key, v] : ctx.backend_kwargs().items()) {
-      if (std::find(known_kwargs().begin(), known_kwargs().end(), key) != known_kwargs().end())
-        continue;
-      const std::string k = "quantize.backend_kwargs." + key;
-      throw SpecError(ctx.spec.loc(k), k + ": unknown key for backend 'libtorch' (accepted: " +
-                                           list + ")" + did_you_mean(key, known_kwargs()));
-    }
-  }
-
-  void calibrate(QuantizeContext& ctx, DataLoader& loader) override { ptq_.calibrate(ctx, loader); }
+  void calibrate(QuantizeContext& ctx, CalibrationData& data) override { ptq_.calibrate(ctx, data); }
 
   void quantize(QuantizeContext& ctx) override {
-    switch (ctx.spec.quantize.mode) {
+    switch (ctx.plan.mode) {
       case Mode::kWeightOnly:
         return weight_only(ctx);
       case Mode::kStatic:
@@ -68,6 +51,36 @@ class LibTorchBackend : public QuantizerBase, public Calibratable {
   }
 };
 
+std::vector<OptionSpec> options() {
+  const std::vector<Mode> static_only{Mode::kStatic};
+  return {
+      {"engine", OptionType::kString, nullptr, {"onednn", "qnnpack", "fbgemm"}, std::nullopt,
+       "quantized engine for the int8 kernels (default: onednn on x86, qnnpack on ARM)", {}},
+      {"latency_check", OptionType::kBool, true, {}, std::nullopt,
+       "keep layers (or the whole model) float where int8 is slower than fp32 on this machine",
+       static_only},
+      {"latency_batch_sizes", OptionType::kIntList, nlohmann::json::array({1, 32}), {}, 1.0,
+       "batch sizes of the never-slower check, measured in ascending order", static_only}};
+}
+
+std::vector<ModeCaps> mode_tables() {
+  const std::vector<DType> int8{DType::kInt8}, acts{DType::kInt8, DType::kUInt8};
+  const std::vector<Granularity> grans{Granularity::kPerTensor, Granularity::kPerChannel};
+  const std::vector<std::pair<Granularity, Granularity>> group_as_channel{
+      {Granularity::kPerGroup, Granularity::kPerChannel}};
+  ModeCaps weight_only;
+  weight_only.mode = Mode::kWeightOnly;
+  weight_only.kernel = "compact weight storage";
+  ModeCaps st{Mode::kStatic, int8, acts,
+              {LayerKind::kLinear, LayerKind::kConv1d, LayerKind::kConv2d, LayerKind::kConv3d},
+              grans, "static int8 kernel in LibTorch", true, true,
+              {{DType::kInt8, DType::kUInt8}}, group_as_channel};
+  ModeCaps dyn{Mode::kDynamic, int8, acts, {LayerKind::kLinear}, grans,
+               "dynamic int8 kernel in LibTorch (quantized::linear_dynamic)", true, false, {},
+               group_as_channel};
+  return {weight_only, st, dyn};
+}
+
 BackendInfo info() {
   BackendInfo b;
   b.name = "libtorch";
@@ -79,16 +92,11 @@ BackendInfo info() {
   b.caps.weight_dtypes = {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3,
                           DType::kFp8E5M2};
   b.caps.activation_dtypes = {DType::kInt8, DType::kUInt8};
-  b.caps.dtype_configs = {
-      {Mode::kWeightOnly,
-       {DType::kInt8, DType::kUInt8, DType::kInt4, DType::kFp8E4M3, DType::kFp8E5M2},
-       {}},
-      {Mode::kStatic, {DType::kInt8}, {DType::kInt8, DType::kUInt8}},
-      {Mode::kDynamic, {DType::kInt8}, {DType::kInt8, DType::kUInt8}}};
-  b.caps.fusion_patterns = {"conv-bn", "conv-bn-relu", "conv-relu", "linear-relu", "add-relu"};
   b.caps.granularities = {Granularity::kPerTensor, Granularity::kPerChannel,
                           Granularity::kPerGroup};
   for (const auto& e : layer_kind_table().entries) b.caps.layer_kinds.push_back(e.value);
+  b.caps.per_mode = mode_tables();
+  b.caps.options = options();
   return b;
 }
 

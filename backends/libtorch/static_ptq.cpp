@@ -20,6 +20,7 @@
 #include "taoquant/data.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
+#include "taoquant/sqnr.h"
 #include "taoquant/steps.h"
 
 namespace tq::libtorch {
@@ -54,8 +55,7 @@ struct StaticSession {
   std::vector<int64_t> latency_batch_sizes = {1, 32};
   std::set<std::string> keep_float;            // layers kept float by the speed check
   std::map<std::string, std::string> reasons;  // layer -> why it stays float
-  DataLoader* loader = nullptr;                // alive from calibrate() through convert()
-  size_t samples = 0, batches = 0;
+  CalibrationData* data = nullptr;             // alive from calibrate() through convert()
   // Each layer's float input and output (leading samples) and the model's
   // float output on the held-out batch: one pass of a tapped copy of
   // `folded`, or of `observed` when the held-out batch is also the only
@@ -89,20 +89,13 @@ StaticPtq::StaticPtq() = default;
 StaticPtq::~StaticPtq() = default;
 
 std::string select_engine(const QuantizeContext& ctx) {
-  const auto& kw = ctx.backend_kwargs();
-  std::string engine;
+  const auto& opts = ctx.options();
 #if defined(__aarch64__) || defined(__arm__)
-  engine = "qnnpack";
+  std::string engine = "qnnpack";
 #else
-  engine = "onednn";
+  std::string engine = "onednn";
 #endif
-  if (kw.contains("engine")) {
-    if (!kw["engine"].is_string())
-      throw SpecError(
-          ctx.spec.loc("quantize.backend_kwargs.engine"),
-          "quantize.backend_kwargs.engine: expected a string (onednn, qnnpack, fbgemm)");
-    engine = kw["engine"].get<std::string>();
-  }
+  if (opts.has("engine")) engine = opts.get_string("engine");
   const std::vector<std::pair<std::string, at::QEngine>> engines = {
       {"onednn", at::QEngine::ONEDNN},
       {"qnnpack", at::QEngine::QNNPACK},
@@ -119,61 +112,34 @@ std::string select_engine(const QuantizeContext& ctx) {
   }
   std::string list;
   for (const auto& s : supported) list += (list.empty() ? "" : ", ") + s;
-  throw SpecError(ctx.spec.loc("quantize.backend_kwargs.engine"),
-                  "quantize.backend_kwargs.engine: '" + engine +
-                      "' is not available in this LibTorch (available: " + list + ")" +
-                      did_you_mean(engine, supported));
+  throw SpecError(opts.loc("engine"), BackendOptions::key("engine") + ": '" + engine +
+                                          "' is not available in this LibTorch (available: " +
+                                          list + ")" + did_you_mean(engine, supported));
 }
 
 namespace {
 
-bool static_kind_supported(LayerKind k) {
-  return k == LayerKind::kLinear || k == LayerKind::kConv1d || k == LayerKind::kConv2d ||
-         k == LayerKind::kConv3d;
-}
-
-// Why a planned layer cannot be static int8 on LibTorch ("" if it can).
-std::string static_blocker(const LayerPlan& lp) {
-  if (!lp.quantized()) return lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
-  if (!static_kind_supported(lp.info.kind))
-    return std::string(to_string(lp.info.kind)) + " has no static int8 kernel in LibTorch";
-  if (lp.weights.dtype != DType::kInt8)
-    return "weights " + std::string(to_string(lp.weights.dtype)) +
-           ": LibTorch static kernels take int8 weights (use backend fakequant to simulate other "
-           "formats)";
-  if (!lp.activations.quantized())
-    return "activations native: static int8 kernels need quantized activations "
-           "(set default_activation_dtype or the layer's activations dtype)";
-  return "";
-}
-
-std::string explicit_weight_observer(const Spec& spec, const LayerPlan& lp) {
-  if (lp.rule_index < 0) return "minmax";
-  const auto& r = spec.quantize.layers.at(static_cast<size_t>(lp.rule_index));
-  return r.weights && r.weights->observer ? *r.weights->observer : "minmax";
-}
-
-ObserverTemplate act_template(const Spec& spec, const TensorQuant& t, const std::string& key) {
+ObserverTemplate act_template(const Plan& plan, const TensorQuant* t) {
   ObserverTemplate a;
-  a.observer = t.observer.empty() ? std::string(to_string(spec.quantize.algorithm)) : t.observer;
+  a.observer = t ? t->observer : plan.algorithm;
   a.cfg.dtype = DType::kUInt8;  // quint8 activations: what onednn/qnnpack kernels take
   a.cfg.symmetric = false;
-  a.cfg.kwargs = t.observer_kwargs;
-  a.loc = spec.loc(key);
+  if (t) a.cfg.kwargs = t->observer_kwargs;
+  a.loc = t ? t->loc : plan.algorithm_loc;
   return a;
 }
 
-ObserverTemplate weight_template(const Spec& spec, const LayerPlan* lp) {
+// Weights: minmax unless a `layers` rule names an observer.
+ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp) {
   ObserverTemplate w;
   w.weight = true;
-  w.observer = lp ? explicit_weight_observer(spec, *lp) : "minmax";
+  w.observer = lp && lp->weights.observer_explicit ? lp->weights.observer : "minmax";
   w.cfg.dtype = DType::kInt8;
   w.cfg.symmetric = true;
   w.cfg.per_channel = !lp || lp->weights.granularity != Granularity::kPerTensor;
   w.cfg.axis = 0;
   if (lp) w.cfg.kwargs = lp->weights.observer_kwargs;
-  w.loc = spec.loc(lp && lp->rule_index >= 0 ? "quantize.layers." + std::to_string(lp->rule_index)
-                                             : "quantize.algorithm");
+  w.loc = lp && lp->rule_index >= 0 ? lp->loc : plan.algorithm_loc;
   return w;
 }
 
@@ -200,19 +166,17 @@ at::Tensor weight_result(LayerResult& r, const at::Tensor& w, const QParams& wq)
   const int64_t per = wf.numel() / std::max<int64_t>(1, channels);
   const float* src = wf.data_ptr<float>();
   float* dst = fq.data_ptr<float>();
-  double num = 0, den = 0;
+  SqnrEnergy e;
   for (int64_t c = 0; c < channels; ++c) {
     const auto scale = static_cast<float>(wq.scale[static_cast<size_t>(c)]);
     const float inv = 1.0f / scale;  // as LibTorch's fake_quantize
     for (int64_t i = c * per, end = i + per; i < end; ++i) {
       const float q = std::min(127.0f, std::max(-128.0f, std::nearbyint(src[i] * inv)));
       dst[i] = q * scale;
-      const double d = static_cast<double>(src[i]) - dst[i];
-      num += static_cast<double>(src[i]) * src[i];
-      den += d * d;
+      e.add(src[i], dst[i]);
     }
   }
-  r.weight_sqnr_db = den == 0 ? INFINITY : 10.0 * std::log10(num / std::max(den, 1e-300));
+  r.weight_sqnr_db = e.db();
   return fq.to(w.scalar_type());
 }
 
@@ -223,50 +187,26 @@ bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
          a.cfg.kwargs == b.cfg.kwargs;
 }
 
-// backend_kwargs of the never-slower check, validated before any work.
-void speed_options(const QuantizeContext& ctx, StaticSession& s) {
-  const auto& kw = ctx.backend_kwargs();
-  if (kw.contains("latency_check") && !kw["latency_check"].is_boolean())
-    throw SpecError(ctx.spec.loc("quantize.backend_kwargs.latency_check"),
-                    "quantize.backend_kwargs.latency_check: expected true or false");
-  s.check_speed = !kw.contains("latency_check") || kw["latency_check"].get<bool>();
-  if (kw.contains("latency_batch_sizes")) {
-    const auto& v = kw["latency_batch_sizes"];
-    bool ok = v.is_array() && !v.empty();
-    for (const auto& e : v) ok = ok && e.is_number_integer() && e.get<int64_t>() > 0;
-    if (!ok)
-      throw SpecError(ctx.spec.loc("quantize.backend_kwargs.latency_batch_sizes"),
-                      "quantize.backend_kwargs.latency_batch_sizes: expected a non-empty list of "
-                      "positive integers, e.g. [1, 32]");
-    s.latency_batch_sizes = v.get<std::vector<int64_t>>();
-  }
-}
-
-// Inserts observers for the plan (minus `keep_float`) and runs the calibration
-// batches. Fills s.table, s.observed.
-void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
-  DataLoader* loader = s.loader;
-  const Spec& spec = ctx.spec;
+// A fresh observer table (s.table) and the qconfig of each layer of the plan
+// (minus `keep_float`), for LibTorch's InsertObservers.
+torch::jit::QConfigDict static_qconfig(const Plan& plan, StaticSession& s) {
   s.table.reset();  // the old table first: a table is the active one until it is destroyed
   s.table = std::make_unique<ObserverTable>();
   auto& table = *s.table;
   torch::jit::QConfigDict qd;
-  int act_default = table.add_template(act_template(spec, TensorQuant{}, "quantize.algorithm"));
-  int w_default = table.add_template(weight_template(spec, nullptr));
+  int act_default = table.add_template(act_template(plan, nullptr));
+  int w_default = table.add_template(weight_template(plan, nullptr));
   qd[""] = std::make_tuple(table.make_module(act_default), table.make_module(w_default));
-  for (const auto& lp : ctx.plan.layers) {
-    std::string why = static_blocker(lp);
+  for (const auto& lp : plan.layers) {
+    std::string why = lp.why_float();
     if (why.empty() && s.keep_float.count(lp.info.name)) why = s.reasons[lp.info.name];
     if (!why.empty()) {
       s.reasons[lp.info.name] = why;
       qd[lp.info.name] = c10::nullopt;
       continue;
     }
-    std::string key = lp.rule_index >= 0
-                          ? "quantize.layers." + std::to_string(lp.rule_index) + ".activations"
-                          : "quantize.default_activation_dtype";
-    auto at = act_template(spec, lp.activations, key);
-    auto wt = weight_template(spec, &lp);
+    auto at = act_template(plan, &lp.activations);
+    auto wt = weight_template(plan, &lp);
     // Layers with the default settings share the root qconfig: a per-layer
     // entry would give instances of one TorchScript type different observers,
     // which LibTorch's pass cannot express.
@@ -277,6 +217,14 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     int w = table.add_template(std::move(wt));
     qd[lp.info.name] = std::make_tuple(table.make_module(a), table.make_module(w));
   }
+  return qd;
+}
+
+// Inserts observers for the plan (minus `keep_float`) and runs the calibration
+// batches. Fills s.table, s.observed.
+void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
+  const torch::jit::QConfigDict qd = static_qconfig(ctx.plan, s);
+  auto& table = *s.table;
   try {
     // On a shallow copy (own types and graphs, shared tensors): the pass
     // adds observers and never writes the float tensors.
@@ -314,48 +262,26 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     }
     s.input_checked = true;
   };
-  s.samples = s.batches = 0;
-  {
-    // All batches but the last observe; the last is held out for fidelity
-    // measurements (a single batch is both).
-    loader->reset();
-    size_t total = loader->num_batches();
-    Batch b;
-    std::vector<at::Tensor> prev;
-    size_t done = 0;
-    while (loader->next(b)) {
-      if (!prev.empty()) {
-        run(prev);
-        s.samples += static_cast<size_t>(prev[0].size(0));
-        ++s.batches;
-      }
-      prev = b.inputs;
-      if (ctx.on_progress) ctx.on_progress("calibrate", ++done, total);
-    }
-    if (s.batches == 0) {
-      run(prev, /*tapped=*/true);
-      s.samples += static_cast<size_t>(prev[0].size(0));
-      ++s.batches;
-    }
-    s.holdout = prev;
-  }
+  // All batches but the last observe; the last is held out for fidelity
+  // measurements (a single batch is both: that pass also captures).
+  s.data->pass([&](const std::vector<at::Tensor>& in, bool also_holdout) { run(in, also_holdout); });
+  s.holdout = s.data->holdout();
   s.steps->step("calibration batches");
 }
 
 }  // namespace
 
-void StaticPtq::calibrate(QuantizeContext& ctx, DataLoader& loader) {
+void StaticPtq::calibrate(QuantizeContext& ctx, CalibrationData& data) {
   s_ = std::make_unique<StaticSession>();
   auto& s = *s_;
-  s.loader = &loader;
+  s.data = &data;
   s.steps = std::make_unique<StepTimer>("static_ptq");
   auto step = [&](const char* what) { s.steps->step(what); };
   ctx.backend_meta["engine"] = select_engine(ctx);
-  speed_options(ctx, s);
+  s.check_speed = ctx.options().get_bool("latency_check");
+  s.latency_batch_sizes = ctx.options().get_int_list("latency_batch_sizes");
 
-  loader.reset();
-  Batch first;
-  if (!loader.next(first)) throw RuntimeError("calibration data is empty: " + loader.describe());
+  const Batch& first = data.first();
   s.first = first;
   step("first batch");
 
@@ -379,12 +305,6 @@ void StaticPtq::calibrate(QuantizeContext& ctx, DataLoader& loader) {
   step("branch specialization");
 
   observe_and_run(ctx, s);
-  double secs = s.steps->total_seconds();
-  ctx.calibration = {{"samples", s.samples},
-                     {"batches", s.batches},
-                     {"holdout_samples", s.holdout.empty() ? 0 : s.holdout[0].size(0)},
-                     {"seconds", secs},
-                     {"data", loader.describe()}};
 }
 
 namespace {
@@ -555,146 +475,154 @@ const ObserverSlot* input_slot(const ObserverTable& t,
 
 }  // namespace
 
-void StaticPtq::convert(QuantizeContext& ctx) {
-  if (!s_) throw RuntimeError("static_ptq: quantize called before calibrate");
-  auto& s = *s_;
-  const bool check_speed = s.check_speed;
-  const std::vector<int64_t>& batch_sizes = s.latency_batch_sizes;
+namespace {
 
-  // Never slower than float: measure the int8 model against the float one;
-  // if it is slower at a batch size, time each layer alone and keep the
-  // layers whose int8 op is slower float; if it is still slower, keep all.
-  auto step = [&](const char* what) { s.steps->step(what); };
-  Module q = convert_observed(s.observed);
-  step("convert");
-  nlohmann::json speed = nlohmann::json::array();
-  auto slower_than_float = [&](const Module& qm, const char* stage) {
-    auto cmp = compare_model_latency(ctx.model, qm, s.holdout, batch_sizes);
-    bool slower = false;
-    std::string detail;
-    for (const auto& c : cmp) {
-      if (c.inferred_from > 0) {
-        speed.push_back({{"stage", stage},
-                         {"batch_size", c.batch_size},
-                         {"fp32_ms_estimate", c.fp32_ms},
-                         {"inferred_from_batch_size", c.inferred_from}});
-        continue;
-      }
+// The int8 model against the float one at each batch size (entries appended
+// to `speed` for the report): "" when int8 is nowhere slower, else the figures.
+std::string slower_than_float(const QuantizeContext& ctx, const StaticSession& s, const Module& q,
+                              const char* stage, nlohmann::json& speed) {
+  auto cmp = compare_model_latency(ctx.model, q, s.holdout, s.latency_batch_sizes);
+  bool slower = false;
+  std::string detail;
+  for (const auto& c : cmp) {
+    if (c.inferred_from > 0) {
       speed.push_back({{"stage", stage},
                        {"batch_size", c.batch_size},
-                       {"fp32_ms", c.fp32_ms},
-                       {"int8_ms", c.int8_ms}});
-      slower = slower || c.int8_ms > c.fp32_ms;
-      detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(c.batch_size) +
-                ": int8 " + format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms);
+                       {"fp32_ms_estimate", c.fp32_ms},
+                       {"inferred_from_batch_size", c.inferred_from}});
+      continue;
     }
-    return slower ? detail : std::string();
-  };
-  if (check_speed) {
-    std::string why = slower_than_float(q, "planned");
-    if (!why.empty()) {
-      auto slower =
-          slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture().inputs, batch_sizes);
-      for (const auto& [name, reason] : slower) {
-        s.keep_float.insert(name);
-        s.reasons[name] = reason;
-      }
-      step("latency check");
-      bool any_int8 = false;  // a layer still planned for int8
+    speed.push_back({{"stage", stage},
+                     {"batch_size", c.batch_size},
+                     {"fp32_ms", c.fp32_ms},
+                     {"int8_ms", c.int8_ms}});
+    slower = slower || c.int8_ms > c.fp32_ms;
+    detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(c.batch_size) +
+              ": int8 " + format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms);
+  }
+  return slower ? detail : std::string();
+}
+
+// Never slower than float: measure the int8 model against the float one; if
+// it is slower at a batch size, time each layer alone and keep the layers
+// whose int8 op is slower float; if it is still slower, keep all. Returns the
+// model to ship.
+Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
+  nlohmann::json speed = nlohmann::json::array();
+  std::string why = slower_than_float(ctx, s, q, "planned", speed);
+  if (!why.empty()) {
+    auto slower = slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture().inputs,
+                                     s.latency_batch_sizes);
+    for (const auto& [name, reason] : slower) {
+      s.keep_float.insert(name);
+      s.reasons[name] = reason;
+    }
+    s.steps->step("latency check");
+    bool any_int8 = false;  // a layer still planned for int8
+    for (const auto& lp : ctx.plan.layers)
+      any_int8 = any_int8 || (lp.quantized() && !s.keep_float.count(lp.info.name));
+    if (!any_int8) {
+      ctx.warn(
+          "static_ptq: every planned layer is slower in int8 than in fp32 on this machine; "
+          "the artifact keeps every layer float");
+      q = ctx.model.clone();  // the original float model: its fused inference paths intact
+    } else if (!slower.empty()) {
+      observe_and_run(ctx, s);  // re-observe without them
+      q = convert_observed(s.observed);
+      s.steps->step("convert");
+      why = slower_than_float(ctx, s, q, "without slower layers", speed);
+    }
+    if (any_int8 && !why.empty()) {
+      why = "int8 model slower than fp32 on this machine (" + why + ")";
+      ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float");
       for (const auto& lp : ctx.plan.layers)
-        any_int8 = any_int8 || (static_blocker(lp).empty() && !s.keep_float.count(lp.info.name));
-      if (!any_int8) {
-        ctx.warn(
-            "static_ptq: every planned layer is slower in int8 than in fp32 on this machine; "
-            "the artifact keeps every layer float");
-        q = ctx.model.clone();  // the original float model: its fused inference paths intact
-      } else if (!slower.empty()) {
-        observe_and_run(ctx, s);  // re-observe without them
-        q = convert_observed(s.observed);
-        step("convert");
-        why = slower_than_float(q, "without slower layers");
-        step("latency check");
-      }
-      if (any_int8 && !why.empty()) {
-        why = "int8 model slower than fp32 on this machine (" + why + ")";
-        ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float");
-        for (const auto& lp : ctx.plan.layers)
-          if (!s.reasons.count(lp.info.name)) s.reasons[lp.info.name] = why;
-        q = ctx.model.clone();  // the original float model: its fused inference paths intact
-      }
-    } else {
-      step("latency check");
+        if (!s.reasons.count(lp.info.name)) s.reasons[lp.info.name] = why;
+      q = ctx.model.clone();  // the original float model: its fused inference paths intact
     }
   }
+  s.steps->step("latency check");
   ctx.backend_meta["latency_check"] = speed;
+  return q;
+}
 
-  // Fidelity on the held-out batch: one float pass captures each layer's
-  // input (for the per-layer SQNR) and the model's output.
+// Output SQNR of one layer alone, float vs int8-simulated (weights on their
+// grid `fq`, input through the activation qparams), on leading samples of
+// the held-out batch.
+void layer_output_sqnr(LayerResult& r, Module layer, const at::Tensor& w, const at::Tensor& fq,
+                       const QParams& aq, const LayerCapture& cap) {
+  auto xi = cap.inputs.find(r.name);
+  if (xi == cap.inputs.end()) return;
+  torch::NoGradGuard ng;
+  NoGraphOptimization no_opt;
+  const at::Tensor& x = xi->second;
+  auto yi = cap.outputs.find(r.name);
+  const at::Tensor ref =
+      yi != cap.outputs.end() && yi->second.dim() > 0 && x.dim() > 0 && yi->second.size(0) == x.size(0)
+          ? yi->second
+          : layer.forward({x}).toTensor();
+  auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
+  layer.setattr("weight", fq);
+  auto y = layer.forward({xq}).toTensor();
+  layer.setattr("weight", w);
+  r.extra["output_sqnr_db"] = json_number(tensor_sqnr_db(ref, y));
+  r.extra["output_sqnr_samples"] = x.size(0);
+}
+
+// One layer's result: kept float with its reason, or its int8 formats,
+// scales, weight SQNR, activation range and output SQNR.
+LayerResult static_layer_result(const LayerPlan& lp, StaticSession& s,
+                                const std::map<std::string, std::string>& input_observers) {
+  auto layer = find_submodule(s.folded, lp.info.name);
+  auto w = layer.attr("weight").toTensor();
+  const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
+  auto it = s.reasons.find(lp.info.name);
+  if (it != s.reasons.end()) return kept_float_result(lp, bytes, it->second);
+  LayerResult r = layer_result(lp);
+  r.bytes_before = bytes;
+  r.weight_format =
+      lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
+  r.activation_format = "uint8/per_tensor";
+  const ObserverSlot* ws = s.table->find_label(lp.info.name + ":weight");
+  const ObserverSlot* as = input_slot(*s.table, input_observers, lp.info.name);
+  if (!ws) return r;
+  const at::Tensor fq = weight_result(r, w, s.table->qparams(ws->id));
+  if (!as) return r;
+  const QParams& aq = s.table->qparams(as->id);
+  r.extra["activation"] = activation_stats(aq, as->obs->name());
+  layer_output_sqnr(r, layer, w, fq, aq, s.capture());
+  return r;
+}
+
+// Fidelity on the held-out batch: the model's output against float, then
+// each layer's result.
+void report_static(QuantizeContext& ctx, StaticSession& s, const Module& q) {
   const auto& cap = s.capture();
-  const c10::IValue& ref = cap.model_output;
   const auto input_observers = layer_input_observers(s.observed);
-  for (const auto& [layer, obs] : input_observers)
-    spdlog::debug("input of {}: observer {}", layer, obs);
-  spdlog::debug("{} layer inputs captured", cap.inputs.size());
   {
     torch::NoGradGuard ng;
     std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
-    auto out = q.forward(in);
+    auto out = Module(q).forward(in);
+    const c10::IValue& ref = cap.model_output;
     if (ref.isTensor() && out.isTensor())
       ctx.backend_meta["holdout_output_sqnr_db"] =
           json_number(tensor_sqnr_db(ref.toTensor(), out.toTensor()));
   }
-  step("fidelity pass");
-  for (const auto& lp : ctx.plan.layers) {
-    LayerResult r;
-    r.name = lp.info.name;
-    r.class_name = lp.info.class_name;
-    r.weight_shape = lp.info.weight_shape;
-    auto layer = find_submodule(s.folded, lp.info.name);
-    auto w = layer.attr("weight").toTensor();
-    r.bytes_before = static_cast<size_t>(w.numel()) * w.element_size();
-    auto it = s.reasons.find(lp.info.name);
-    if (it != s.reasons.end()) {
-      r.kept_float = true;
-      r.reason = it->second;
-      r.bytes_after = r.bytes_before;
-      ctx.add_layer_result(std::move(r));
-      continue;
-    }
-    const ObserverSlot* ws = s.table->find_label(lp.info.name + ":weight");
-    const ObserverSlot* as = input_slot(*s.table, input_observers, lp.info.name);
-    r.weight_format =
-        lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
-    r.activation_format = "uint8/per_tensor";
-    if (ws) {
-      const at::Tensor fq = weight_result(r, w, s.table->qparams(ws->id));
-      if (as) {
-        const QParams& aq = s.table->qparams(as->id);
-        r.extra["activation"] = activation_stats(aq, as->obs->name());
-        auto xi = cap.inputs.find(lp.info.name);
-        if (xi != cap.inputs.end()) {
-          // Output SQNR of this layer alone, float vs int8-simulated, on
-          // leading samples of the held-out batch.
-          torch::NoGradGuard ng;
-          NoGraphOptimization no_opt;
-          const at::Tensor& x = xi->second;
-          auto yi = cap.outputs.find(lp.info.name);
-          const at::Tensor ref = yi != cap.outputs.end() && yi->second.dim() > 0 && x.dim() > 0 &&
-                                         yi->second.size(0) == x.size(0)
-                                     ? yi->second
-                                     : layer.forward({x}).toTensor();
-          auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
-          layer.setattr("weight", fq);
-          auto y = layer.forward({xq}).toTensor();
-          layer.setattr("weight", w);
-          r.extra["output_sqnr_db"] = json_number(tensor_sqnr_db(ref, y));
-          r.extra["output_sqnr_samples"] = x.size(0);
-        }
-      }
-    }
-    ctx.add_layer_result(std::move(r));
-  }
-  step("layer SQNR");
+  s.steps->step("fidelity pass");
+  for (const auto& lp : ctx.plan.layers)
+    ctx.add_layer_result(static_layer_result(lp, s, input_observers));
+  s.steps->step("layer SQNR");
+}
+
+}  // namespace
+
+void StaticPtq::convert(QuantizeContext& ctx) {
+  if (!s_) throw RuntimeError("static_ptq: quantize called before calibrate");
+  auto& s = *s_;
+  Module q = convert_observed(s.observed);
+  s.steps->step("convert");
+  if (s.check_speed) q = never_slower(ctx, s, q);
+  else ctx.backend_meta["latency_check"] = nlohmann::json::array();
+  report_static(ctx, s, q);
   ctx.backend_meta["steps"] = s.steps->to_json();
   ctx.model = q;
 }
@@ -710,24 +638,15 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
   qd[""] = c10::nullopt;
   std::map<std::string, std::string> reasons;
   for (const auto& lp : ctx.plan.layers) {
-    std::string why;
-    if (!lp.weights.quantized())
-      why = lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
-    else if (lp.info.kind != LayerKind::kLinear)
-      why = "dynamic_ptq quantizes Linear layers (quantized::linear_dynamic); " +
-            std::string(to_string(lp.info.kind)) + " stays float";
-    else if (lp.weights.dtype != DType::kInt8)
-      why = "weights " + std::string(to_string(lp.weights.dtype)) +
-            ": quantized::linear_dynamic takes int8 weights";
-    if (!why.empty()) {
-      reasons[lp.info.name] = why;
+    if (!lp.quantized()) {
+      reasons[lp.info.name] = lp.why_float();
       continue;
     }
     ObserverTemplate a;  // activations: qparams are chosen at run time
     a.observer = "minmax";
     a.cfg.dtype = DType::kUInt8;
     int ai = table.add_template(a);
-    int wi = table.add_template(weight_template(ctx.spec, &lp));
+    int wi = table.add_template(weight_template(ctx.plan, &lp));
     qd[lp.info.name] = std::make_tuple(table.make_module(ai), table.make_module(wi));
   }
   Module work = ctx.model.clone();
@@ -757,10 +676,7 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
       QuantType::DYNAMIC);
 
   for (const auto& lp : ctx.plan.layers) {
-    LayerResult r;
-    r.name = lp.info.name;
-    r.class_name = lp.info.class_name;
-    r.weight_shape = lp.info.weight_shape;
+    LayerResult r = layer_result(lp);
     auto w = find_submodule(work, lp.info.name).attr("weight").toTensor();
     r.bytes_before = static_cast<size_t>(w.numel()) * w.element_size();
     auto it = reasons.find(lp.info.name);

@@ -10,7 +10,7 @@
 #include "taoquant/backend.h"
 
 namespace tq {
-class DataLoader;
+class CalibrationData;
 }
 
 namespace tq::libtorch {
@@ -22,7 +22,7 @@ class StaticPtq {
   StaticPtq();
   ~StaticPtq();
   // Specializes and observes the model, then runs the calibration data.
-  void calibrate(QuantizeContext& ctx, DataLoader& loader);
+  void calibrate(QuantizeContext& ctx, CalibrationData& data);
   // Converts the calibrated model to int8 and reports each layer.
   void convert(QuantizeContext& ctx);
   // Dynamic PTQ: Linear layers through quantized::linear_dynamic.

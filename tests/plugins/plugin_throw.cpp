@@ -15,10 +15,10 @@ namespace {
 class ThrowBackend : public tq::QuantizerBase, public tq::Calibratable {
  public:
   void prepare(tq::QuantizeContext& ctx) override {
-    fail_in_ = ctx.backend_kwargs().value("fail_in", std::string("quantize"));
+    fail_in_ = ctx.options().get_string("fail_in");
     maybe_throw("prepare");
   }
-  void calibrate(tq::QuantizeContext&, tq::DataLoader&) override { maybe_throw("calibrate"); }
+  void calibrate(tq::QuantizeContext&, tq::CalibrationData&) override { maybe_throw("calibrate"); }
   void quantize(tq::QuantizeContext&) override { maybe_throw("quantize"); }
   void save_model(tq::QuantizeContext& ctx, const std::string& path) override {
     if (fail_in_ == "save_model") {
@@ -46,6 +46,13 @@ tq::BackendInfo info() {
   b.caps.activation_dtypes = {tq::DType::kInt8};
   b.caps.granularities = {tq::Granularity::kPerTensor, tq::Granularity::kPerChannel};
   b.caps.layer_kinds = {tq::LayerKind::kLinear, tq::LayerKind::kConv2d};
+  b.caps.options = {{"fail_in",
+                     tq::OptionType::kString,
+                     "quantize",
+                     {"prepare", "calibrate", "quantize", "save_model", "none"},
+                     std::nullopt,
+                     "the stage that throws",
+                     {}}};
   return b;
 }
 

@@ -32,33 +32,21 @@ namespace {
 
 tq::BackendInfo info();
 
-double sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
-  const double noise = (ref - x).pow(2).sum().item<double>();
-  if (noise == 0) return std::numeric_limits<double>::infinity();
-  return 10.0 * std::log10(ref.pow(2).sum().item<double>() / noise);
-}
-
 class PotInt8Backend : public tq::QuantizerBase {
  public:
+  // The option schema (info()) has already checked the type; the observer
+  // name is checked here, against the observers registered now.
   void prepare(tq::QuantizeContext& ctx) override {
-    const std::vector<std::string> accepted{"observer"};
-    for (const auto& [key, v] : ctx.backend_kwargs().items()) {
-      const std::string k = "quantize.backend_kwargs." + key;
-      if (key != "observer")
-        throw tq::SpecError(ctx.spec.loc(k),
-                            k + ": unknown key for backend 'pot_int8' (accepted: observer)" +
-                                tq::did_you_mean(key, accepted));
-      if (!v.is_string()) throw tq::SpecError(ctx.spec.loc(k), k + ": expected an observer name");
-      observer_ = v.get<std::string>();
-    }
+    const auto& opts = ctx.options();
+    observer_ = opts.get_string("observer");
     const auto& reg = tq::ObserverRegistry::instance();
     if (!reg.find(observer_)) {
       std::string known;
       for (const auto& n : reg.names()) known += (known.empty() ? "" : ", ") + n;
-      throw tq::SpecError(ctx.spec.loc("quantize.backend_kwargs.observer"),
-                          "quantize.backend_kwargs.observer: unknown observer '" + observer_ + "'" +
-                              tq::did_you_mean(observer_, reg.names()) + " (available: " + known +
-                              ")");
+      throw tq::SpecError(opts.loc("observer"), tq::BackendOptions::key("observer") +
+                                                    ": unknown observer '" + observer_ + "'" +
+                                                    tq::did_you_mean(observer_, reg.names()) +
+                                                    " (available: " + known + ")");
     }
   }
 
@@ -76,16 +64,10 @@ class PotInt8Backend : public tq::QuantizerBase {
                                  const tq::QParamConstraints& constraints) const {
     auto layer = tq::find_submodule(ctx.model, lp.info.name);
     const at::Tensor w = layer.attr("weight").toTensor();
-    tq::LayerResult r;
-    r.name = lp.info.name;
-    r.class_name = lp.info.class_name;
-    r.weight_shape = lp.info.weight_shape;
-    r.bytes_before = r.bytes_after = static_cast<size_t>(w.numel()) * w.element_size();
-    if (!lp.weights.quantized()) {
-      r.kept_float = true;
-      r.reason = lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
-      return r;
-    }
+    const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
+    if (!lp.quantized() || !lp.weights.quantized()) return tq::kept_float_result(lp, bytes);
+    tq::LayerResult r = tq::layer_result(lp);
+    r.bytes_before = r.bytes_after = bytes;
 
     // Observe, then apply the declared constraints to what the observer says.
     tq::ObserverConfig cfg;
@@ -94,10 +76,8 @@ class PotInt8Backend : public tq::QuantizerBase {
     cfg.per_channel = lp.weights.granularity == tq::Granularity::kPerChannel;
     cfg.axis = lp.weights.axis;
     cfg.kwargs = lp.weights.observer_kwargs;
-    const std::string key = lp.rule_index >= 0
-                                ? "quantize.layers." + std::to_string(lp.rule_index) + ".weights"
-                                : "quantize.backend_kwargs.observer";
-    auto obs = tq::ObserverRegistry::instance().create(observer_, cfg, ctx.spec.loc(key));
+    const tq::SourceLoc loc = lp.rule_index >= 0 ? lp.weights.loc : ctx.options().loc("observer");
+    auto obs = tq::ObserverRegistry::instance().create(observer_, cfg, loc);
     const at::Tensor wf = w.detach().to(at::kFloat);
     obs->observe(wf);
     const tq::QParams qp = tq::apply_constraints(obs->finalize(), constraints);
@@ -121,7 +101,7 @@ class PotInt8Backend : public tq::QuantizerBase {
     r.weight_format = lp.weights.str();
     r.scale_min = *mn;
     r.scale_max = *mx;
-    r.weight_sqnr_db = sqnr_db(wf, fq);
+    r.weight_sqnr_db = tq::tensor_sqnr_db(wf, fq);
     r.extra["scale_exponents"] = {static_cast<int>(std::log2(*mn)),
                                   static_cast<int>(std::log2(*mx))};
     r.extra["observer"] = observer_;
@@ -145,6 +125,8 @@ tq::BackendInfo info() {
   b.caps.constraints.power_of_two_scale = true;
   b.caps.constraints.quant_min = -128;
   b.caps.constraints.quant_max = 127;
+  b.caps.options = {{"observer", tq::OptionType::kString, "pot_mse", {}, std::nullopt,
+                     "weight observer (a registered observer name)", {}}};
   return b;
 }
 

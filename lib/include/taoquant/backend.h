@@ -18,7 +18,9 @@
 
 #include "taoquant/enums.h"
 #include "taoquant/error.h"
+#include "taoquant/options.h"
 #include "taoquant/plan.h"
+#include "taoquant/registry.h"
 #include "taoquant/spec.h"
 
 namespace torch::jit {
@@ -27,7 +29,7 @@ struct Module;
 
 namespace tq {
 
-class DataLoader;
+class CalibrationData;
 
 // Constraints a backend puts on the quantization parameters it accepts. The
 // core rejects specs that cannot meet them and applies them to computed
@@ -39,11 +41,24 @@ struct QParamConstraints {
   std::optional<int> quant_min, quant_max;
 };
 
-// Weight and activation dtypes a backend takes in one mode.
-struct DTypeConfig {
-  Mode mode;
+// What a backend does in one mode: the capability table that the spec
+// checks, `inspect`, `backends [--json]` and the backend itself all read.
+// Empty lists inherit the backend-wide lists of Capabilities.
+struct ModeCaps {
+  Mode mode = Mode::kWeightOnly;
   std::vector<DType> weight_dtypes;
   std::vector<DType> activation_dtypes;
+  std::vector<LayerKind> layer_kinds;  // quantized in this mode; the backend's other kinds stay float
+  std::vector<Granularity> granularities;
+  // What runs the layers, for the reasons `inspect` shows:
+  // "<kind> has no <kernel>", "activations native: <kernel> need ...".
+  std::string kernel;
+  bool needs_quantized_weights = false;      // layers with native weights stay float
+  bool needs_quantized_activations = false;  // layers with native activations stay float
+  // Formats the backend narrows: int8 activations computed as uint8, per_group
+  // weights stored per_channel. The plan shows the narrowed format and a warning.
+  std::vector<std::pair<DType, DType>> activation_as;
+  std::vector<std::pair<Granularity, Granularity>> granularity_as;
 };
 
 // What a backend can do. Checked against the spec before the model loads.
@@ -52,12 +67,12 @@ struct Capabilities {
   std::vector<DType> weight_dtypes;
   std::vector<DType> activation_dtypes;
   std::vector<Granularity> granularities;
-  std::vector<LayerKind> layer_kinds;
-  std::vector<std::string> fusion_patterns;  // e.g. "conv-bn-relu", "linear-relu"
-  // Per-mode dtypes; when a mode is listed here, its lists replace
-  // weight_dtypes/activation_dtypes for that mode.
-  std::vector<DTypeConfig> dtype_configs;
+  std::vector<LayerKind> layer_kinds;  // kinds the backend knows; others are a spec error
+  std::vector<ModeCaps> per_mode;      // a listed mode uses its own table
   QParamConstraints constraints;
+  std::vector<OptionSpec> options;  // quantize.backend_kwargs schema
+  // The resolved table of one mode (per_mode entry, empty lists inherited).
+  ModeCaps for_mode(Mode m) const;
 };
 
 // Another name for a backend, optionally limited to some modes
@@ -96,19 +111,20 @@ struct LayerResult {
   nlohmann::json extra = nlohmann::json::object();
 };
 
+// A result for a planned layer: name, class and weight shape filled.
+LayerResult layer_result(const LayerPlan& lp);
+// A layer kept float, with its weight bytes and why (default: the plan's reason).
+LayerResult kept_float_result(const LayerPlan& lp, size_t weight_bytes, std::string reason = "");
+
 // Everything a backend sees while it works.
 class QuantizeContext {
  public:
-  QuantizeContext(const Spec& spec, const Plan& plan, torch::jit::Module& model,
-                  std::string requested_backend, std::string resolved_backend);
+  QuantizeContext(const Plan& plan, torch::jit::Module& model);
   virtual ~QuantizeContext();
 
-  const Spec& spec;
-  const Plan& plan;
+  const Plan& plan;           // the contract: formats, options, locations
   torch::jit::Module& model;  // the working copy; backends change it in place
-  const std::string requested_backend;
-  const std::string resolved_backend;
-  const nlohmann::json& backend_kwargs() const { return spec.quantize.backend_kwargs; }
+  const BackendOptions& options() const { return plan.options; }
 
   // Reports one layer (printed as it arrives and stored for the report).
   void add_layer_result(LayerResult r);
@@ -145,21 +161,20 @@ class QuantizerBase {
   virtual void save_model(QuantizeContext& ctx, const std::string& path);
 };
 
-// Mixin for backends that need calibration data (static PTQ).
+// Mixin for backends that need calibration data (static PTQ). The library
+// owns the loop (CalibrationData: batches, held-out batch, progress, facts);
+// the backend inserts its observers and runs `data.pass(...)`.
 class Calibratable {
  public:
   virtual ~Calibratable() = default;
-  virtual void calibrate(QuantizeContext& ctx, DataLoader& loader) = 0;
+  virtual void calibrate(QuantizeContext& ctx, CalibrationData& data) = 0;
 };
 
 // The registry: created on first use, so registration order between
 // translation units and plugins does not matter.
-class BackendRegistry {
+class BackendRegistry : public Registry<BackendInfo> {
  public:
   static BackendRegistry& instance();
-
-  // Throws tq::Error naming both registrations on a duplicate name or alias.
-  void add(BackendInfo info);
 
   struct Resolved {
     const BackendInfo* info = nullptr;
@@ -169,31 +184,28 @@ class BackendRegistry {
   };
   // Throws SpecError with did-you-mean when unknown.
   Resolved resolve(const std::string& name, const SourceLoc& loc = {}) const;
-  const BackendInfo* find(const std::string& name) const;  // name or alias
-  std::vector<const BackendInfo*> list() const;            // sorted by name
-  std::vector<std::string> all_names() const;              // names and aliases
+  std::vector<std::string> all_names() const { return keys(); }  // names and aliases
 
-  // While a plugin loads, its registrations are held back until the plugin
-  // passes its checks; then they are committed (or dropped).
-  void begin_pending(const std::string& origin);
-  void commit_pending();
-  void drop_pending();
+ protected:
+  std::vector<std::string> keys_of(const BackendInfo& b) const override;
+  void validate(const BackendInfo& b) const override;
+  std::string where(const BackendInfo& b) const override;
 
  private:
-  BackendRegistry() = default;
-  void add_checked(BackendInfo info);
-  std::vector<BackendInfo> backends_;
-  std::vector<BackendInfo> pending_;
-  bool pending_mode_ = false;
-  std::string current_origin_ = "built-in";
+  BackendRegistry() : Registry("backend") {}
 };
 
-// Checks the spec against a backend's declared capabilities (before the model
-// loads). Throws SpecError with the reason and the supported values.
-void check_capabilities(const Spec& spec, const BackendRegistry::Resolved& backend);
-// Checks the plan (layer kinds, granularities) against the capabilities.
-void check_plan_capabilities(const Spec& spec, const Plan& plan,
-                             const BackendRegistry::Resolved& backend);
+// Checks the spec against a backend's declared capabilities and option
+// schema (before the model loads) and returns the typed options. Throws
+// SpecError with the key's location, the reason and the supported values.
+BackendOptions check_capabilities(const Spec& spec, const BackendRegistry::Resolved& backend);
+// Applies the mode's capability table to the plan: layer kinds the backend
+// does not know are a SpecError; layers it keeps float in this mode get their
+// float_reason; narrowed formats are rewritten, with a plan warning. Also
+// records the backend and options in the plan. Both `inspect` and `quantize`
+// call it, so they always agree.
+void apply_capabilities(const Spec& spec, Plan& plan, const BackendRegistry::Resolved& backend,
+                        BackendOptions options);
 
 nlohmann::json backend_to_json(const BackendInfo& info);
 

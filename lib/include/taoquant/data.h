@@ -3,11 +3,14 @@
 // dataset in memory.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+
+#include <nlohmann/json.hpp>
 
 #include "taoquant/spec.h"
 
@@ -35,6 +38,38 @@ class DataLoader {
   virtual bool has_labels() const = 0;
   virtual std::vector<std::string> class_names() const { return {}; }
   virtual std::string describe() const = 0;  // "npz calib.npz (512 samples, batch 32)"
+};
+
+// The calibration data as the library serves it to a backend: the loop over
+// the batches, the held-out batch and the facts for the report live here,
+// not in each backend. Every batch but the last calibrates; the last is held
+// out for fidelity measurements (with a single batch, that batch is both).
+class CalibrationData {
+ public:
+  using Progress = std::function<void(const std::string& what, size_t done, size_t total)>;
+  explicit CalibrationData(DataLoader& loader, Progress progress = {});
+
+  // The first batch, for input checks and specialization. Throws
+  // RuntimeError when the data is empty.
+  const Batch& first();
+  // One calibration pass: `fn` sees each calibrating batch; `also_holdout` is
+  // true for a single batch that is also the held-out one. Progress is shown
+  // on the first pass only.
+  using BatchFn = std::function<void(const std::vector<at::Tensor>& inputs, bool also_holdout)>;
+  void pass(const BatchFn& fn);
+  // The held-out batch (after a pass).
+  const std::vector<at::Tensor>& holdout() const { return holdout_; }
+  // samples and batches of the last pass, holdout samples, the data.
+  nlohmann::json facts() const;
+  std::string describe() const { return loader_.describe(); }
+
+ private:
+  DataLoader& loader_;
+  Progress progress_;
+  Batch first_;
+  bool have_first_ = false;
+  size_t passes_ = 0, samples_ = 0, batches_ = 0;
+  std::vector<at::Tensor> holdout_;
 };
 
 // Opens a loader for a `dataset.*` section. `key` is its dotted spec key

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "taoquant/enums.h"
+#include "taoquant/sqnr.h"
 
 namespace tq::fmt {
 
@@ -78,7 +79,7 @@ struct QuantizedWeight {
 QuantizedWeight quantize_weight(const float* w, const std::vector<int64_t>& shape,
                                 const WeightFormat& f);
 
-// 10*log10(sum(ref^2) / sum((ref-x)^2)); +inf when equal.
-double sqnr_db(const float* ref, const float* x, size_t n);
+// 10*log10(sum(ref^2) / sum((ref-x)^2)); +inf when equal (sqnr.h).
+using ::tq::sqnr_db;
 
 }  // namespace tq::fmt

@@ -13,6 +13,7 @@
 
 #include "taoquant/enums.h"
 #include "taoquant/error.h"
+#include "taoquant/registry.h"
 
 namespace tq {
 
@@ -54,32 +55,23 @@ struct ObserverInfo {
   std::string help;
   ObserverFactory factory;
   std::string registered_at;
+  std::string origin = "built-in";  // or the plugin path
 };
 
-class ObserverRegistry {
+class ObserverRegistry : public Registry<ObserverInfo> {
  public:
   static ObserverRegistry& instance();  // created on first use
-  void add(ObserverInfo info);          // duplicate: error naming both places
-  const ObserverInfo* find(const std::string& name) const;
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const { return keys(); }
   // Throws SpecError (with loc, did-you-mean) for an unknown name or bad kwargs.
   std::unique_ptr<Observer> create(const std::string& name, const ObserverConfig& cfg,
                                    const SourceLoc& loc = {}) const;
 
-  // While a plugin loads (plugin.cpp), add() only records: nothing may throw
-  // inside dlopen. check_pending() throws on a duplicate (naming both
-  // places) without changing anything; commit_pending() adds them all.
-  void begin_pending(const std::string& origin);
-  void check_pending() const;
-  void commit_pending();
-  void drop_pending();
+ protected:
+  void validate(const ObserverInfo& info) const override;
+  void stamp(ObserverInfo& info, const std::string& origin) const override;
 
  private:
-  ObserverRegistry() = default;
-  std::vector<ObserverInfo> observers_;
-  std::vector<ObserverInfo> pending_;
-  bool pending_mode_ = false;
-  std::string pending_origin_;
+  ObserverRegistry() : Registry("observer") {}
 };
 
 // Quantization range of a dtype (PyTorch: quint8 0..255, qint8 -128..127;

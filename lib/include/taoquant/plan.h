@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "taoquant/enums.h"
+#include "taoquant/options.h"
 #include "taoquant/spec.h"
 
 namespace tq {
@@ -29,8 +30,10 @@ struct TensorQuant {
   int axis = 0;
   int group_size = 128;
   bool symmetric = true;
-  std::string observer;  // observer name (activations; weights for fakequant)
+  std::string observer;            // observer name: the setting's, else quantize.algorithm
+  bool observer_explicit = false;  // set by a `layers` rule (observer_or_fake_quant)
   nlohmann::json observer_kwargs = nlohmann::json::object();
+  SourceLoc loc;  // the spec setting that decided this format (for errors)
   bool quantized() const { return dtype != DType::kNative; }
   std::string str() const;  // "int8/per_channel", "int4/g128", "fp32"
 };
@@ -42,12 +45,28 @@ struct LayerPlan {
   // Which rule decided: "default", "layers[2] 'Linear'", "skip_names[0] 'fc'".
   std::string decided_by;
   int rule_index = -1;  // index into quantize.layers; -1 default
+  SourceLoc loc;        // the deciding rule's location
   bool skipped = false;
-  bool quantized() const { return !skipped && (weights.quantized() || activations.quantized()); }
+  // Set when the backend keeps this layer float in this mode although the
+  // spec asks for a format (no kernel for the layer kind, native activations
+  // where the kernels need quantized ones): the reason, as `inspect` shows it.
+  std::string float_reason;
+  bool quantized() const {
+    return !skipped && float_reason.empty() && (weights.quantized() || activations.quantized());
+  }
+  // Why the layer stays float ("" when it is quantized).
+  std::string why_float() const;
 };
 
+// The contract between the core and a backend: everything a backend needs
+// to know about the spec is here, resolved and located.
 struct Plan {
   Mode mode = Mode::kWeightOnly;
+  std::string algorithm = "minmax";  // default observer (quantize.algorithm)
+  SourceLoc algorithm_loc;
+  std::string backend_requested, backend_resolved;
+  BackendOptions options;  // quantize.backend_kwargs, typed by the backend's schema
+  std::string device = "cpu";
   std::vector<LayerPlan> layers;
   std::vector<std::string> warnings;
   size_t num_quantized() const;

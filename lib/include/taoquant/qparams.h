@@ -1,7 +1,7 @@
 // Applying a backend's declared QParamConstraints (backend.h) to computed
 // quantization parameters: the second half of the BackendConfig idea. The
 // first half, refusing a spec that asks for something the backend cannot do,
-// is check_capabilities() / check_plan_capabilities() in backend.h.
+// is check_capabilities() / apply_capabilities() in backend.h.
 //
 // The rules, in the order they are applied:
 //  1. quant_min / quant_max: an integer range wider than the backend's bounds

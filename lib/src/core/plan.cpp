@@ -90,6 +90,7 @@ TensorQuant default_weight(const Spec& spec, const LayerInfo& layer) {
   q.axis = default_axis(layer.kind);
   q.symmetric = q.dtype != DType::kUInt8;
   q.observer = std::string(to_string(spec.quantize.algorithm));
+  q.loc = spec.loc("quantize.default_layer_dtype");
   return q;
 }
 
@@ -99,6 +100,7 @@ TensorQuant default_activation(const Spec& spec) {
   q.granularity = Granularity::kPerTensor;
   q.symmetric = dtype_traits(q.dtype).is_float8 || q.dtype == DType::kInt4;
   q.observer = std::string(to_string(spec.quantize.algorithm));
+  q.loc = spec.loc("quantize.default_activation_dtype");
   return q;
 }
 
@@ -112,8 +114,12 @@ void apply(TensorQuant& q, const TensorQuantSpec& s, const LayerInfo& layer) {
   if (s.quant_axis) q.axis = *s.quant_axis;
   if (s.group_size) q.group_size = *s.group_size;
   if (s.symmetric) q.symmetric = *s.symmetric;
-  if (s.observer) q.observer = *s.observer;
+  if (s.observer) {
+    q.observer = *s.observer;
+    q.observer_explicit = true;
+  }
   if (!s.observer_kwargs.empty()) q.observer_kwargs = s.observer_kwargs;
+  q.loc = s.loc;
   (void)layer;
 }
 
@@ -174,6 +180,13 @@ std::string TensorQuant::str() const {
   return s;
 }
 
+std::string LayerPlan::why_float() const {
+  if (skipped) return decided_by;
+  if (!float_reason.empty()) return float_reason;
+  if (!weights.quantized() && !activations.quantized()) return "native, " + decided_by;
+  return "";
+}
+
 size_t Plan::num_quantized() const {
   return static_cast<size_t>(std::count_if(layers.begin(), layers.end(),
                                            [](const LayerPlan& l) { return l.quantized(); }));
@@ -189,6 +202,9 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
   const auto& q = spec.quantize;
   Plan plan;
   plan.mode = q.mode;
+  plan.algorithm = std::string(to_string(q.algorithm));
+  plan.algorithm_loc = spec.loc("quantize.algorithm");
+  plan.device = q.device;
   std::vector<int> rule_hits(q.layers.size(), 0);
   std::vector<int> skip_hits(q.skip_names.size(), 0);
   bool ignored_activations = false;
@@ -200,6 +216,7 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
     lp.activations = default_activation(spec);
     lp.decided_by = "default";
     SourceLoc decided_loc = spec.loc("quantize.default_layer_dtype");
+    lp.loc = decided_loc;
 
     for (size_t i = 0; i < q.layers.size(); ++i) {
       const auto& rule = q.layers[i];
@@ -210,6 +227,7 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
       lp.rule_index = static_cast<int>(i);
       lp.decided_by = "layers[" + std::to_string(i) + "] '" + rule.module_name + "'";
       decided_loc = rule.loc;
+      lp.loc = rule.loc;
     }
     for (size_t j = 0; j < q.skip_names.size(); ++j) {
       if (!pattern_selects(q.skip_names[j].pattern, layer)) continue;
@@ -217,6 +235,7 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
       if (!lp.skipped) {
         lp.skipped = true;
         lp.decided_by = "skip_names[" + std::to_string(j) + "] '" + q.skip_names[j].pattern + "'";
+        lp.loc = q.skip_names[j].loc;
       }
     }
     if (lp.skipped) {
@@ -270,8 +289,11 @@ nlohmann::json plan_to_json(const Plan& plan) {
                       {"decided_by", l.decided_by},
                       {"skipped", l.skipped},
                       {"quantized", l.quantized()}});
+    if (!l.quantized()) layers.back()["float_reason"] = l.why_float();
   }
   return {{"mode", std::string(to_string(plan.mode))},
+          {"algorithm", plan.algorithm},
+          {"backend_options", plan.options.values()},
           {"layers", layers},
           {"num_layers", plan.layers.size()},
           {"num_quantized", plan.num_quantized()},

@@ -27,21 +27,7 @@ inline float round_even(float v) {
   return (v + kMagic) - kMagic;
 }
 
-struct Energy {
-  double signal = 0;
-  double noise = 0;
-  void add(float ref, float x) {
-    const double r = ref;
-    const double d = r - static_cast<double>(x);
-    signal += r * r;
-    noise += d * d;
-  }
-};
-
-double energy_to_db(const Energy& e) {
-  if (e.noise == 0) return std::numeric_limits<double>::infinity();
-  return 10.0 * std::log10(e.signal / e.noise);
-}
+using Energy = SqnrEnergy;
 
 // ---- Per-slice quantizers: code + decoded value of one element ----------
 
@@ -397,14 +383,8 @@ QuantizedWeight quantize_weight(const float* w, const std::vector<int64_t>& shap
     case DType::kNative:
       break;  // rejected by check_and_layout
   }
-  q.sqnr_db = energy_to_db(e);
+  q.sqnr_db = e.db();
   return q;
-}
-
-double sqnr_db(const float* ref, const float* x, size_t n) {
-  Energy e;
-  for (size_t i = 0; i < n; ++i) e.add(ref[i], x[i]);
-  return energy_to_db(e);
 }
 
 }  // namespace tq::fmt

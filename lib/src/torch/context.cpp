@@ -5,15 +5,25 @@
 
 namespace tq {
 
-QuantizeContext::QuantizeContext(const Spec& s, const Plan& p, torch::jit::Module& m,
-                                 std::string requested, std::string resolved)
-    : spec(s),
-      plan(p),
-      model(m),
-      requested_backend(std::move(requested)),
-      resolved_backend(std::move(resolved)) {}
+QuantizeContext::QuantizeContext(const Plan& p, torch::jit::Module& m) : plan(p), model(m) {}
 
 QuantizeContext::~QuantizeContext() = default;
+
+LayerResult layer_result(const LayerPlan& lp) {
+  LayerResult r;
+  r.name = lp.info.name;
+  r.class_name = lp.info.class_name;
+  r.weight_shape = lp.info.weight_shape;
+  return r;
+}
+
+LayerResult kept_float_result(const LayerPlan& lp, size_t weight_bytes, std::string reason) {
+  LayerResult r = layer_result(lp);
+  r.kept_float = true;
+  r.reason = reason.empty() ? lp.why_float() : std::move(reason);
+  r.bytes_before = r.bytes_after = weight_bytes;
+  return r;
+}
 
 void QuantizeContext::add_layer_result(LayerResult r) {
   results_.push_back(std::move(r));

@@ -41,10 +41,22 @@ void check_device(const Spec& spec) {
             "use device: cpu, or build tao-quant against a CUDA-enabled LibTorch");
 }
 
-BackendRegistry::Resolved resolve_backend(const Spec& spec) {
+struct CheckedBackend {
+  BackendRegistry::Resolved backend;
+  BackendOptions options;
+};
+
+// Everything about the backend that can be checked before the model loads.
+CheckedBackend resolve_backend(const Spec& spec) {
   auto b = BackendRegistry::instance().resolve(spec.quantize.backend, spec.loc("quantize.backend"));
-  check_capabilities(spec, b);
-  return b;
+  auto options = check_capabilities(spec, b);
+  return {b, std::move(options)};
+}
+
+Plan plan_for(const Spec& spec, const CheckedBackend& b, const torch::jit::Module& model) {
+  Plan plan = build_plan(spec, discover_layers(model));
+  apply_capabilities(spec, plan, b.backend, b.options);
+  return plan;
 }
 
 }  // namespace
@@ -67,135 +79,153 @@ nlohmann::json InspectOutcome::to_json() const {
 
 InspectOutcome run_inspect(const Spec& spec, const QuantizeOptions& opts) {
   InspectOutcome out;
-  out.backend = resolve_backend(spec);
+  auto checked = resolve_backend(spec);
+  out.backend = checked.backend;
   require_model_path(spec);
   out.model_path = spec.quantize.model_path;
   auto model = load_model(out.model_path, spec.loc("quantize.model_path"), opts.verbose);
-  out.plan = build_plan(spec, discover_layers(model));
-  check_plan_capabilities(spec, out.plan, out.backend);
+  out.plan = plan_for(spec, checked, model);
   return out;
 }
 
-QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
-  auto t_start = Clock::now();
-  QuantizeOutcome out;
-  // Everything that can be checked without the model is checked first.
-  auto backend = resolve_backend(spec);
+namespace {
+
+// Runs one backend stage; its failure names the backend and the stage.
+void run_stage(const std::string& backend, const char* what, bool verbose,
+               const std::function<void()>& fn) {
+  const std::string head = "backend '" + backend + "' failed in " + what + ": ";
+  try {
+    fn();
+  } catch (const SpecError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(e.code(), head + e.what());
+  } catch (const c10::Error& e) {
+    throw RuntimeError(head + (verbose ? e.what() : e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw RuntimeError(head + e.what());
+  }
+}
+
+struct StageTimes {
+  double calibrate_s = 0, quantize_s = 0, save_s = 0;
+};
+
+// prepare, calibrate (static mode, Calibratable backends), quantize.
+void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ctx,
+                 const QuantizeOptions& opts, StageTimes& times) {
+  const std::string& name = ctx.plan.backend_requested;
+  const auto t0 = Clock::now();
+  run_stage(name, "prepare", opts.verbose, [&] { quantizer.prepare(ctx); });
+  // The data stays open until the backend has finished (it may calibrate again).
+  std::unique_ptr<DataLoader> loader;
+  std::unique_ptr<CalibrationData> data;
+  ctx.on_progress = opts.on_progress;
+  if (auto* cal = dynamic_cast<Calibratable*>(&quantizer); cal && ctx.plan.mode == Mode::kStatic) {
+    loader = make_data_loader(spec, *spec.dataset.quant_calibration_dataset,
+                              "dataset.quant_calibration_dataset", /*want_labels=*/false);
+    data = std::make_unique<CalibrationData>(*loader, opts.on_progress);
+    const auto tc = Clock::now();
+    run_stage(name, "calibrate", opts.verbose, [&] { cal->calibrate(ctx, *data); });
+    times.calibrate_s = since(tc);
+    ctx.calibration = data->facts();
+    ctx.calibration["seconds"] = times.calibrate_s;
+  }
+  run_stage(name, "quantize", opts.verbose, [&] { quantizer.quantize(ctx); });
+  times.quantize_s = since(t0) - times.calibrate_s;
+}
+
+// The files embedded next to the model: the resolved spec, the layers, and
+// the tool/backend facts.
+void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContext& ctx) {
+  ctx.extra_files["tao_quant_spec.json"] = spec.resolved.dump(2);
+  ctx.extra_files["tao_quant_layers.json"] = layers_to_json(out.plan, out.layers).dump(2);
+  nlohmann::json meta{
+      {"tool", tool_info()},
+      {"backend", {{"requested", out.requested_backend}, {"resolved", out.resolved_backend}}},
+      {"mode", std::string(to_string(out.plan.mode))},
+      {"backend_meta", ctx.backend_meta},
+      {"calibration", ctx.calibration}};
+  ctx.extra_files["tao_quant_meta.json"] = meta.dump(2);
+}
+
+// The backend writes the artifact. A backend that fails while writing leaves
+// no partial artifact: a file it created or changed at the path is removed
+// (an older artifact it never touched stays).
+void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::string& path,
+                   bool verbose) {
+  const std::string& name = ctx.plan.backend_requested;
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);  // the backend writes into it
+  const bool existed = fs::exists(path, ec);
+  const auto mtime = existed ? fs::last_write_time(path, ec) : fs::file_time_type::min();
+  try {
+    run_stage(name, "save_model", verbose, [&] { quantizer.save_model(ctx, path); });
+  } catch (...) {
+    if (fs::exists(path, ec) && (!existed || fs::last_write_time(path, ec) != mtime))
+      fs::remove(path, ec);
+    throw;
+  }
+  if (!fs::exists(path))
+    throw RuntimeError("backend '" + name + "' did not write the artifact '" + path + "'");
+}
+
+// Everything that can be checked without the model, checked first.
+CheckedBackend check_before_model(const Spec& spec) {
+  auto checked = resolve_backend(spec);
   require_model_path(spec);
   require_results_dir(spec);
   check_device(spec);
   if (spec.quantize.mode == Mode::kStatic) require_calibration(spec);
-  out.requested_backend = backend.requested;
-  out.resolved_backend = backend.info->name;
+  return checked;
+}
+
+}  // namespace
+
+QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
+  const auto t_start = Clock::now();
+  const auto checked = check_before_model(spec);
+  QuantizeOutcome out;
+  out.requested_backend = checked.backend.requested;
+  out.resolved_backend = checked.backend.info->name;
 
   auto t0 = Clock::now();
-  const std::string& model_path = spec.quantize.model_path;
-  auto model = load_model(model_path, spec.loc("quantize.model_path"), opts.verbose);
-  double load_s = since(t0);
-  out.model_file_bytes = file_size_or_zero(model_path);
-
+  auto model = load_model(spec.quantize.model_path, spec.loc("quantize.model_path"), opts.verbose);
+  const double load_s = since(t0);
+  out.model_file_bytes = file_size_or_zero(spec.quantize.model_path);
   t0 = Clock::now();
-  out.plan = build_plan(spec, discover_layers(model));
-  check_plan_capabilities(spec, out.plan, backend);
-  double plan_s = since(t0);
+  out.plan = plan_for(spec, checked, model);
+  const double plan_s = since(t0);
   if (opts.on_plan) opts.on_plan(out.plan);
 
-  auto quantizer = backend.info->factory();
-  QuantizeContext ctx(spec, out.plan, model, backend.requested, backend.info->name);
-  size_t total = out.plan.layers.size();
+  auto quantizer = checked.backend.info->factory();
+  QuantizeContext ctx(out.plan, model);
   ctx.on_layer = [&](const LayerResult& r, size_t i) {
-    if (opts.on_layer) opts.on_layer(r, i, total);
+    if (opts.on_layer) opts.on_layer(r, i, out.plan.layers.size());
   };
   for (const auto& w : out.plan.warnings) ctx.warn(w);
+  StageTimes times;
+  run_backend(spec, *quantizer, ctx, opts, times);
 
-  auto stage = [&](const char* what, auto&& fn) {
-    try {
-      fn();
-    } catch (const SpecError&) {
-      throw;
-    } catch (const Error& e) {
-      throw Error(e.code(),
-                  "backend '" + backend.requested + "' failed in " + what + ": " + e.what());
-    } catch (const c10::Error& e) {
-      std::string msg = opts.verbose ? e.what() : e.what_without_backtrace();
-      throw RuntimeError("backend '" + backend.requested + "' failed in " + what + ": " + msg);
-    } catch (const std::exception& e) {
-      throw RuntimeError("backend '" + backend.requested + "' failed in " + what + ": " + e.what());
-    }
-  };
-
-  t0 = Clock::now();
-  stage("prepare", [&] { quantizer->prepare(ctx); });
-  double calib_s = 0;
-  std::unique_ptr<DataLoader> loader;  // alive until the backend has finished
-  ctx.on_progress = opts.on_progress;
-  if (auto* cal = dynamic_cast<Calibratable*>(quantizer.get());
-      cal && spec.quantize.mode == Mode::kStatic) {
-    const auto& src = *spec.dataset.quant_calibration_dataset;
-    loader =
-        make_data_loader(spec, src, "dataset.quant_calibration_dataset", /*want_labels=*/false);
-    auto tc = Clock::now();
-    stage("calibrate", [&] { cal->calibrate(ctx, *loader); });
-    calib_s = since(tc);
-  }
-  stage("quantize", [&] { quantizer->quantize(ctx); });
-  double quantize_s = since(t0) - calib_s;
-
-  // Artifact and report.
-  std::string results_dir = spec.effective_results_dir();
-  out.artifact_path = (fs::path(results_dir) / artifact_name(backend.requested)).string();
-  out.report_path = (fs::path(results_dir) / "quantize_report.json").string();
+  const fs::path results_dir = spec.effective_results_dir();
+  out.artifact_path = (results_dir / artifact_name(out.requested_backend)).string();
+  out.report_path = (results_dir / "quantize_report.json").string();
   out.layers = ctx.layer_results();
   out.warnings = ctx.warnings();
   out.calibration = ctx.calibration;
-
-  nlohmann::json layers_json = layers_to_json(out.plan, out.layers);
-  ctx.extra_files["tao_quant_spec.json"] = spec.resolved.dump(2);
-  ctx.extra_files["tao_quant_layers.json"] = layers_json.dump(2);
-  nlohmann::json meta{
-      {"tool", tool_info()},
-      {"backend", {{"requested", backend.requested}, {"resolved", backend.info->name}}},
-      {"mode", std::string(to_string(spec.quantize.mode))},
-      {"backend_meta", ctx.backend_meta},
-      {"calibration", ctx.calibration}};
-  ctx.extra_files["tao_quant_meta.json"] = meta.dump(2);
-
+  embed_metadata(spec, out, ctx);
   t0 = Clock::now();
-  {
-    // A backend that fails while writing leaves no partial artifact: a file it
-    // created or changed at the artifact path is removed (an older artifact
-    // it never touched stays).
-    std::error_code ec;
-    fs::create_directories(fs::path(out.artifact_path).parent_path(),
-                           ec);  // the backend writes into it
-    const bool existed = fs::exists(out.artifact_path, ec);
-    const auto mtime =
-        existed ? fs::last_write_time(out.artifact_path, ec) : fs::file_time_type::min();
-    try {
-      stage("save_model", [&] { quantizer->save_model(ctx, out.artifact_path); });
-    } catch (...) {
-      if (fs::exists(out.artifact_path, ec) &&
-          (!existed || fs::last_write_time(out.artifact_path, ec) != mtime))
-        fs::remove(out.artifact_path, ec);
-      throw;
-    }
-  }
-  double save_s = since(t0);
-  if (!fs::exists(out.artifact_path))
-    throw RuntimeError("backend '" + backend.requested + "' did not write the artifact '" +
-                       out.artifact_path + "'");
+  save_artifact(*quantizer, ctx, out.artifact_path, opts.verbose);
+  times.save_s = since(t0);
   out.artifact_file_bytes = file_size_or_zero(out.artifact_path);
   out.total_seconds = since(t_start);
 
-  QuantizeReportInput in{spec,
-                         out,
-                         ctx.backend_meta,
-                         backend.info->origin,
+  QuantizeReportInput in{spec, out, ctx.backend_meta, checked.backend.info->origin,
                          {{"load_s", load_s},
                           {"plan_s", plan_s},
-                          {"calibrate_s", calib_s},
-                          {"quantize_s", quantize_s},
-                          {"save_s", save_s},
+                          {"calibrate_s", times.calibrate_s},
+                          {"quantize_s", times.quantize_s},
+                          {"save_s", times.save_s},
                           {"total_s", out.total_seconds}}};
   out.report = make_quantize_report(in);
   write_file_atomic(out.report_path, out.report.dump(2) + "\n");

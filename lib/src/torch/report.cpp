@@ -156,9 +156,12 @@ std::string format_plan_table(const Plan& plan) {
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     const auto& l = plan.layers[i];
+    // A layer the backend keeps float in this mode shows as float, with why.
+    const bool kept = !l.float_reason.empty();
     rows.push_back({std::to_string(i + 1), l.info.name, l.info.class_name,
-                    shape_str(l.info.weight_shape), l.weights.str(), l.activations.str(),
-                    l.decided_by});
+                    shape_str(l.info.weight_shape), kept ? "float" : l.weights.str(),
+                    kept ? "float" : l.activations.str(),
+                    kept ? l.decided_by + "; stays float: " + l.float_reason : l.decided_by});
   }
   std::ostringstream os;
   os << format_table(

@@ -75,7 +75,7 @@ namespace tq {
 
 fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
                                              const torch::jit::Module& model, const LayerPlan& lp) {
-  const BackendInfo* backend = BackendRegistry::instance().find(ctx.resolved_backend);
+  const BackendInfo* backend = BackendRegistry::instance().find(ctx.plan.backend_resolved);
   if (!backend || !constraints_active(backend->caps.constraints))
     return quantize_layer_weight(model, lp);
   std::vector<int64_t> shape;
@@ -89,15 +89,8 @@ void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {
     auto layer = find_submodule(ctx.model, lp.info.name);
     auto w = layer.attr("weight").toTensor();
     size_t before = static_cast<size_t>(w.numel()) * w.element_size();
-    if (!lp.weights.quantized()) {
-      LayerResult r;
-      r.name = lp.info.name;
-      r.class_name = lp.info.class_name;
-      r.weight_shape = lp.info.weight_shape;
-      r.kept_float = true;
-      r.reason = lp.skipped ? lp.decided_by : "native, " + lp.decided_by;
-      r.bytes_before = r.bytes_after = before;
-      ctx.add_layer_result(std::move(r));
+    if (!lp.quantized() || !lp.weights.quantized()) {
+      ctx.add_layer_result(kept_float_result(lp, before));
       continue;
     }
     // The backend's declared qparam constraints apply to the scales computed here.

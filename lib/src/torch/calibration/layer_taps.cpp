@@ -14,6 +14,7 @@
 #include <torch/script.h>
 
 #include "taoquant/calibration.h"
+#include "taoquant/sqnr.h"
 
 namespace tq {
 
@@ -186,16 +187,7 @@ double tensor_sqnr_db(const at::Tensor& ref, const at::Tensor& x) {
   TORCH_CHECK(ref.numel() == x.numel(), "tensor_sqnr_db: ", ref.numel(), " vs ", x.numel(),
               " elements");
   const at::Tensor r = ref.to(at::kFloat).contiguous(), y = x.to(at::kFloat).contiguous();
-  const float* a = r.data_ptr<float>();
-  const float* b = y.data_ptr<float>();
-  double num = 0, den = 0;
-  for (int64_t i = 0, n = r.numel(); i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += static_cast<double>(a[i]) * a[i];
-    den += d * d;
-  }
-  if (den == 0) return INFINITY;
-  return 10.0 * std::log10(num / std::max(den, 1e-300));
+  return sqnr_db(r.data_ptr<float>(), y.data_ptr<float>(), static_cast<size_t>(r.numel()));
 }
 
 nlohmann::json activation_stats(const QParams& q, const std::string& observer) {

@@ -8,6 +8,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
 
+#include "taoquant/sqnr.h"
 #include "eval_impl.h"
 
 namespace tq::eval {
@@ -129,8 +130,9 @@ Fidelity FidelityMeter::result() const {
   Fidelity r;
   if (samples_ == 0) return r;
   r.cosine = cos_sum_ / static_cast<double>(samples_);
-  r.sqnr_db =
-      noise_ == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal_ / noise_);
+  SqnrEnergy e;
+  e.add_sums(signal_, noise_);
+  r.sqnr_db = e.db();
   r.max_abs_error = max_abs_;
   r.mean_abs_error = elements_ ? abs_sum_ / static_cast<double>(elements_) : 0;
   r.top1_agreement = 100.0 * static_cast<double>(agree_) / static_cast<double>(samples_);
