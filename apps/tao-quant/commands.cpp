@@ -75,18 +75,12 @@ int run_inspect(Options& o) {
   return 0;
 }
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
+using tq::join;
 
 template <class E>
 std::string join_names(const std::vector<E>& v, size_t all = 0) {
   if (all && v.size() == all) return "all";
-  std::vector<std::string> names;
-  for (auto x : v) names.emplace_back(tq::to_string(x));
-  return names.empty() ? "-" : join(names);
+  return v.empty() ? "-" : join(tq::names_of(v));
 }
 
 std::string alias_list(const tq::BackendInfo& b) {

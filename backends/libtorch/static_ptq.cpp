@@ -110,11 +110,9 @@ std::string select_engine(const QuantizeContext& ctx) {
       return engine;
     }
   }
-  std::string list;
-  for (const auto& s : supported) list += (list.empty() ? "" : ", ") + s;
   throw SpecError(opts.loc("engine"), BackendOptions::key("engine") + ": '" + engine +
                                           "' is not available in this LibTorch (available: " +
-                                          list + ")" + did_you_mean(engine, supported));
+                                          join(supported) + ")" + did_you_mean(engine, supported));
 }
 
 namespace {

@@ -41,12 +41,10 @@ class PotInt8Backend : public tq::QuantizerBase {
     observer_ = opts.get_string("observer");
     const auto& reg = tq::ObserverRegistry::instance();
     if (!reg.find(observer_)) {
-      std::string known;
-      for (const auto& n : reg.names()) known += (known.empty() ? "" : ", ") + n;
       throw tq::SpecError(opts.loc("observer"), tq::BackendOptions::key("observer") +
                                                     ": unknown observer '" + observer_ + "'" +
                                                     tq::did_you_mean(observer_, reg.names()) +
-                                                    " (available: " + known + ")");
+                                                    " (available: " + tq::join(reg.names()) + ")");
     }
   }
 

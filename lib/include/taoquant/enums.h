@@ -82,6 +82,14 @@ inline std::string_view to_string(LayerKind v) {
   return layer_kind_table().name(v);
 }
 
+// The names of enum values, in order: {"int8", "uint8"}.
+template <class E>
+std::vector<std::string> names_of(const std::vector<E>& values) {
+  std::vector<std::string> out;
+  for (auto v : values) out.emplace_back(to_string(v));
+  return out;
+}
+
 // Facts about a dtype used by planning, quantization and reports.
 struct DTypeTraits {
   int bits = 32;            // storage bits per element (native: 32)

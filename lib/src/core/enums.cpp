@@ -1,15 +1,12 @@
 #include "taoquant/enums.h"
 
+#include "taoquant/error.h"
+
 namespace tq {
 
 template <class E>
 std::string EnumTable<E>::joined() const {
-  std::string out;
-  for (const auto& e : entries) {
-    if (!out.empty()) out += ", ";
-    out += e.name;
-  }
-  return out;
+  return join(names());
 }
 
 template struct EnumTable<DType>;

@@ -51,4 +51,10 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return " (did you mean '" + *pick + "'?)";
 }
 
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
 }  // namespace tq

@@ -21,12 +21,6 @@ const EnumTable<OptionType>& option_type_table() {
 
 namespace {
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 bool within(const OptionSpec& o, double v) {
   return !o.min || v >= *o.min;
 }

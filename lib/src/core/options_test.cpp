@@ -45,7 +45,7 @@ TEST_CASE("options: defaults fill what the spec leaves unset", "[options]") {
   CHECK(o.get_number("ratio") == 0.5);
   CHECK(o.get_int("repeats") == 3);
   CHECK_FALSE(o.given("check"));
-  CHECK(o.loc("check").line == 0);  // no backend_kwargs key: the spec itself
+  CHECK(o.loc("check").line == 2);  // not given: the backend_kwargs section
 }
 
 TEST_CASE("options: given values, with their locations", "[options]") {

@@ -128,8 +128,7 @@ void validate_weight(const TensorQuant& q, const LayerInfo& layer, const SourceL
   if (!q.quantized()) return;
   auto allowed = weight_granularities(q.dtype);
   if (std::find(allowed.begin(), allowed.end(), q.granularity) == allowed.end()) {
-    std::string names;
-    for (auto g : allowed) names += (names.empty() ? "" : ", ") + std::string(to_string(g));
+    const std::string names = join(names_of(allowed));
     throw SpecError(loc, rule + ": granularity '" + std::string(to_string(q.granularity)) +
                              "' is not available for dtype '" + std::string(to_string(q.dtype)) +
                              "' weights (expected one of: " + names + ")");

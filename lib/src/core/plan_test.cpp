@@ -65,7 +65,7 @@ TEST_CASE("build_plan: defaults, later rules win, skip_names last", "[plan]") {
   auto plan = tq::build_plan(spec, layers());
   REQUIRE(plan.layers.size() == 5);
   CHECK(plan.algorithm == "entropy");
-  CHECK(plan.algorithm_loc.line == 0);  // not in the file: the spec without a line
+  CHECK(plan.algorithm_loc.line == 3);
   const auto& c1 = plan.layers[0];
   CHECK(c1.weights.dtype == DType::kInt4);
   CHECK(c1.weights.str() == "int4/g16");
@@ -76,7 +76,7 @@ TEST_CASE("build_plan: defaults, later rules win, skip_names last", "[plan]") {
   CHECK(c1.weights.observer == "entropy");
   const auto& c2 = plan.layers[1];
   CHECK(c2.weights.dtype == DType::kUInt8);
-  CHECK(c2.weights.granularity == Granularity::kPerTensor);  // a new dtype resets granularity
+  CHECK(c2.weights.granularity == Granularity::kPerChannel);  // the new dtype's default
   CHECK(c2.weights.observer == "mse");
   CHECK(c2.weights.observer_explicit);
   CHECK(c2.decided_by == "layers[1] 'features.conv2'");
@@ -122,7 +122,7 @@ TEST_CASE("build_plan: per-layer settings checked against the layer, at the rule
       CHECK(e.loc().line == line);
     }
   };
-  expect("quantize:\n  layers:\n    - module_name: fc*\n      weights: {dtype: int8, quant_axis: 3}\n",
+  expect("quantize:\n  layers:\n    - module_name: classifier.fc*\n      weights: {dtype: int8, quant_axis: 3}\n",
          "quant_axis 3 is out of range for layer 'classifier.fc1' whose weight has 2 dimensions", 3);
   expect("quantize:\n  layers:\n    - module_name: Linear\n      weights: {dtype: fp8_e4m3fn, "
          "granularity: per_group}\n",

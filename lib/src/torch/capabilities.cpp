@@ -13,9 +13,7 @@ namespace {
 
 template <class E>
 std::string join_enum(const std::vector<E>& v) {
-  std::string s;
-  for (auto e : v) s += (s.empty() ? "" : ", ") + std::string(to_string(e));
-  return s.empty() ? "none" : s;
+  return v.empty() ? "none" : join(names_of(v));
 }
 
 template <class E>

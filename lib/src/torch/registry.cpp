@@ -74,9 +74,8 @@ BackendRegistry::Resolved BackendRegistry::resolve(const std::string& name,
   r.requested = name;
   r.info = find(name);
   if (!r.info) {
-    std::string known;
-    for (const auto& n : all_names()) known += (known.empty() ? "" : ", ") + n;
-    throw SpecError(loc, "quantize.backend: unknown backend '" + name + "' (available: " + known +
+    throw SpecError(loc, "quantize.backend: unknown backend '" + name +
+                             "' (available: " + join(all_names()) +
                              ")" + did_you_mean(name, all_names()));
   }
   r.modes = r.info->caps.modes;

@@ -8,6 +8,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
 
+#include "taoquant/latency.h"
 #include "taoquant/sqnr.h"
 #include "eval_impl.h"
 
@@ -146,7 +147,7 @@ LatencyStats summarize_latency(std::vector<double> s, int batch_size) {
   if (s.empty()) return st;
   std::sort(s.begin(), s.end());
   const size_t n = s.size();
-  const double median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  const double median = tq::median(s);
   const size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n)));  // nearest rank
   st.median_ms = median * 1e3;
   st.p90_ms = s[std::max<size_t>(rank, 1) - 1] * 1e3;
@@ -159,39 +160,28 @@ LatencyStats summarize_latency(std::vector<double> s, int batch_size) {
 void measure_latency(std::vector<LoadedModel*>& models, const std::vector<at::Tensor>& first_batch,
                      const LatencySpec& spec,
                      const std::function<void(const std::string&, size_t, size_t)>& progress) {
-  using Clock = std::chrono::steady_clock;
-  const size_t m = models.size();
-  const size_t total = spec.batch_sizes.size() * static_cast<size_t>(spec.warmup + spec.iters);
-  size_t done = 0;
+  const size_t rounds = static_cast<size_t>(spec.warmup + spec.iters);
+  size_t base = 0;
+  const size_t total = spec.batch_sizes.size() * rounds;
   for (int bs : spec.batch_sizes) {
     std::vector<c10::IValue> args;
-    for (const auto& t : first_batch) {
-      at::Tensor idx = at::arange(bs, at::kLong).remainder(t.size(0));
-      args.emplace_back(t.index_select(0, idx).contiguous());
-    }
-    auto call = [&](LoadedModel& lm) {
-      try {
-        lm.module.forward(args);
-      } catch (const c10::Error& e) {
-        throw RuntimeError("latency at batch size " + std::to_string(bs) + ": model '" +
-                           lm.result->path + "' failed: " + first_line(e.what_without_backtrace()));
-      }
-    };
-    for (int w = 0; w < spec.warmup; ++w, ++done) {
-      for (auto* lm : models) call(*lm);
-      if (progress) progress("latency", done + 1, total);
-    }
-    std::vector<std::vector<double>> times(m);
-    for (int i = 0; i < spec.iters; ++i, ++done) {
-      for (size_t k = 0; k < m; ++k) {
-        const size_t j = i % 2 == 0 ? k : m - 1 - k;  // alternate the order
-        auto t0 = Clock::now();
-        call(*models[j]);
-        times[j].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      }
-      if (progress) progress("latency", done + 1, total);
-    }
-    for (size_t k = 0; k < m; ++k)
+    for (const auto& t : first_batch) args.emplace_back(resize_batch(t, bs));
+    std::vector<std::function<void()>> calls;
+    for (auto* lm : models)
+      calls.push_back([&args, lm, bs] {
+        try {
+          lm->module.forward(args);
+        } catch (const c10::Error& e) {
+          throw RuntimeError("latency at batch size " + std::to_string(bs) + ": model '" +
+                             lm->result->path +
+                             "' failed: " + first_line(e.what_without_backtrace()));
+        }
+      });
+    auto times = interleaved_times(calls, spec.warmup, spec.iters, [&](size_t done, size_t) {
+      if (progress) progress("latency", base + done, total);
+    });
+    base += rounds;
+    for (size_t k = 0; k < models.size(); ++k)
       models[k]->result->latency.push_back(summarize_latency(times[k], bs));
   }
 }

@@ -28,10 +28,8 @@ std::unique_ptr<Observer> ObserverRegistry::create(const std::string& name,
                                                    const SourceLoc& loc) const {
   const ObserverInfo* info = find(name);
   if (!info) {
-    std::string known;
-    for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
     throw SpecError(loc, "unknown observer '" + name + "'" + did_you_mean(name, names()) +
-                             "; available observers: " + known);
+                             "; available observers: " + join(names()));
   }
   try {
     return info->factory(cfg);
