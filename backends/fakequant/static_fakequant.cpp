@@ -1,9 +1,6 @@
 #include "static_fakequant.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
-#include <torch/csrc/jit/passes/constant_propagation.h>
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
-#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/jit.h>
 #include <torch/script.h>
 
@@ -14,6 +11,7 @@
 #include "taoquant/calibration.h"
 #include "taoquant/data.h"
 #include "taoquant/formats.h"
+#include "taoquant/jit.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
 #include "taoquant/weight_quant.h"
@@ -23,7 +21,6 @@ namespace tq::fakequant {
 namespace {
 
 using torch::jit::Node;
-using torch::jit::Value;
 
 // Quantize -> dequantize of an activation, in plain TorchScript ops so that
 // the artifact needs nothing but LibTorch. fp8: the value is scaled by its
@@ -89,12 +86,12 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, CalibrationData& data) {
   ctx.backend_meta["specialized_branches"] = {{"removed", br.removed}, {"kept", br.kept}};
   s.work = s.work.clone();  // specialization ran the model: start from a fresh plan
   auto g = s.work.get_method("forward").graph();
-  inline_everything(*g);
+  jit::inline_calls(*g);
 
   s.table = std::make_unique<ObserverTable>();
   std::map<std::string, const LayerPlan*> plan;
   for (const auto& lp : ctx.plan.layers) plan[lp.info.name] = &lp;
-  for (const LayerSite& site : layer_sites(*g)) {
+  for (const jit::LayerSite& site : jit::layer_sites(*g)) {
     auto it = plan.find(site.layer);
     if (it == plan.end() || !it->second->quantized() || !it->second->activations.quantized())
       continue;
@@ -107,14 +104,8 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, CalibrationData& data) {
     t.loc = lp.activations.loc;
     const int64_t id =
         s.table->add_slot(s.table->add_template(std::move(t)), site.layer + ":input");
-    torch::jit::WithInsertPoint guard(site.op);
-    Node* obs = g->create(c10::Symbol::fromQualString("taoquant::observe"),
-                          {site.op->input(0), g->insertConstant(id)}, 1);
-    obs->insertBefore(site.op);
-    obs->output()->setType(site.op->input(0)->type());
-    site.op->replaceInput(0, obs->output());
     s.slot_of[site.layer] = id;
-    s.observe_of[site.layer] = obs;
+    s.observe_of[site.layer] = jit::insert_call_on_input(site.op, 0, "taoquant::observe", id);
   }
 
   // All batches but the last observe; the last is held out for fidelity.
@@ -137,35 +128,24 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
   std::map<std::string, QParams> act;
   for (const auto& [layer, obs] : s.observe_of) {
     const ObserverSlot& slot = *s.table->slots().at(static_cast<size_t>(s.slot_of[layer]));
-    Value* x = obs->input(0);
     if (slot.calls == 0) {  // never reached with this data: leave it float
-      obs->output()->replaceAllUsesWith(x);
-      obs->destroy();
+      jit::remove_call(obs);
       continue;
     }
     const QParams& q = s.table->qparams(slot.id);
     act[layer] = q;
-    torch::jit::WithInsertPoint guard(obs);
-    std::vector<Value*> args = {x, g->insertConstant(static_cast<double>(q.scale.at(0)))};
-    std::shared_ptr<torch::jit::Graph> fq;
+    std::vector<c10::IValue> args = {static_cast<double>(q.scale.at(0))};
     if (is_fp8(q.dtype)) {
       auto [fmax, min_normal, step_div] = fp8_params(q.dtype);
-      args.push_back(g->insertConstant(fmax));
-      args.push_back(g->insertConstant(min_normal));
-      args.push_back(g->insertConstant(step_div));
-      fq = snippet("fq_fp8");
+      args.insert(args.end(), {fmax, min_normal, step_div});
     } else {
-      args.push_back(g->insertConstant(static_cast<int64_t>(q.zero_point.at(0))));
-      args.push_back(g->insertConstant(static_cast<int64_t>(q.quant_min)));
-      args.push_back(g->insertConstant(static_cast<int64_t>(q.quant_max)));
-      fq = snippet("fq_int");
+      args.insert(args.end(),
+                  {static_cast<int64_t>(q.zero_point.at(0)), static_cast<int64_t>(q.quant_min),
+                   static_cast<int64_t>(q.quant_max)});
     }
-    Value* y = torch::jit::insertGraph(*g, *fq, args).at(0);
-    obs->output()->replaceAllUsesWith(y);
-    obs->destroy();
+    jit::replace_call_with_graph(obs, *snippet(is_fp8(q.dtype) ? "fq_fp8" : "fq_int"), args);
   }
-  torch::jit::ConstantPropagation(g);
-  torch::jit::EliminateDeadCode(g);
+  jit::fold_constants(g);
 
   // Weights: rounded to the grid in place.
   std::map<std::string, fmt::QuantizedWeight> weights;

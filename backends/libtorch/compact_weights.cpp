@@ -5,6 +5,7 @@
 
 #include <torch/script.h>
 
+#include "taoquant/jit.h"
 #include "taoquant/model.h"
 #include "taoquant/weight_quant.h"
 
@@ -167,11 +168,8 @@ size_t install_compact_weight(torch::jit::Module& model, const std::string& laye
   // every instance gets the attributes (empty = not quantized) and the type
   // gets the decode and state methods.
   if (!type->hasAttribute("_tq_meta")) {
-    for (const auto& nm : model.named_modules()) {
-      if (nm.value.type().get() != type) continue;
-      torch::jit::Module m = nm.value;
-      set_tq_attrs(m, nullptr);
-    }
+    for (auto& inst : jit::module_instances(model))
+      if (inst.module.type().get() == type) set_tq_attrs(inst.module, nullptr);
   }
   if (!type->findMethod("_tq_decode")) {
     target.define(kDecodeSource);

@@ -6,9 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <tuple>
 
+#include <spdlog/spdlog.h>
+
 #include "taoquant/calibration.h"
+#include "taoquant/jit.h"
 #include "taoquant/model.h"
 
 namespace tq::libtorch {
@@ -172,101 +176,109 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
   return out;
 }
 
+namespace {
+
+std::vector<int64_t> int_list(const c10::IValue& v) {
+  std::vector<int64_t> l;
+  if (v.isTuple())
+    for (const auto& e : v.toTupleRef().elements()) l.push_back(e.toInt());
+  else
+    l = v.toIntVector();
+  return l;
+}
+
+// A layer's int8 kernel with its packed weight, ready to call alone.
+struct LayerKernel {
+  jit::QuantizedOp op;
+  c10::IValue packed;
+};
+
+// Packs a layer's weight for its int8 kernel; throws Untimed with the reason
+// when it cannot.
+struct Untimed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq) {
+  auto op = jit::quantized_op(kind);
+  if (!op) throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
+  at::Tensor w = layer.attr("weight").toTensor().detach();
+  c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
+  auto scales = torch::tensor(wq.scale, torch::kDouble);
+  at::Tensor qw = wq.per_channel
+                      ? at::quantize_per_channel(
+                            w, scales, torch::zeros({scales.numel()}, torch::kLong), 0, c10::kQInt8)
+                      : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
+  if (kind == LayerKind::kLinear) return {*op, call_op(op->prepack, "", {qw, bias}).at(0)};
+  auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
+       dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
+  if (!stride.isTuple() && !stride.isIntList()) throw Untimed("stride is not a list of ints");
+  if (!padding.isTuple() && !padding.isIntList())
+    throw Untimed("padding is not a list of ints ('same'/'valid')");
+  auto packed =
+      call_op(op->prepack, "",
+              {qw, bias, int_list(stride), int_list(padding), int_list(dilation), groups.toInt()})
+          .at(0);
+  return {*op, packed};
+}
+
+// The layer alone, float vs quantize + int8 kernel + dequantize, at each
+// batch size up to the first where int8 is slower. Returns the reason to
+// keep it float, or "" when int8 is not slower.
+std::string time_layer(const torch::jit::Module& float_layer, const LayerKernel& k,
+                       const QParams& aq, const at::Tensor& x, std::vector<int64_t> sizes) {
+  torch::jit::Module layer = float_layer;
+  std::string detail;
+  std::sort(sizes.begin(), sizes.end());
+  BatchLadder ladder;
+  for (int64_t bs : sizes) {
+    if (int64_t from = ladder.inferred_from(bs)) {
+      detail += "; bs " + std::to_string(bs) + ": inferred from bs " + std::to_string(from);
+      continue;
+    }
+    at::Tensor xb = resize_batch(x, bs);
+    auto run_f = [&] { layer.forward({xb}); };
+    auto run_q = [&] {
+      auto xq = at::quantize_per_tensor(xb, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
+      auto y = call_op(k.op.op, k.op.overload,
+                       {xq, k.packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])});
+      y.at(0).toTensor().dequantize();
+    };
+    auto [tf, tq] = look(run_f, run_q, /*warm=*/true, 5, 100);
+    detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) + ": int8 " +
+              format_ms(tq) + " vs fp32 " + format_ms(tf);
+    if (!ladder.record(bs, tf, tq)) return "int8 slower than fp32 for this layer (" + detail + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> slower_int8_layers(
     const QuantizeContext& ctx, const torch::jit::Module& folded,
     const torch::jit::Module& observed, ObserverTable& table,
-    const std::map<std::string, at::Tensor>& inputs, const std::vector<int64_t>& batch_sizes) {
+    const std::map<std::string, at::Tensor>& inputs, const std::vector<int64_t>& batch_sizes,
+    std::vector<std::pair<std::string, std::string>>* untimed) {
   torch::NoGradGuard ng;
   const auto input_observers = layer_input_observers(observed);
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& lp : ctx.plan.layers) {
-    auto xi = inputs.find(lp.info.name);
-    auto oi = input_observers.find(lp.info.name);
-    if (xi == inputs.end() || oi == input_observers.end()) continue;
-    const at::Tensor* x = &xi->second;
     const ObserverSlot* ws = table.find_label(lp.info.name + ":weight");
-    const ObserverSlot* as = table.find_path(oi->second);
-    if (!ws || !as) continue;
+    if (!ws) continue;  // not int8
     try {
+      auto xi = inputs.find(lp.info.name);
+      if (xi == inputs.end())
+        throw Untimed("no input captured (not reached by the held-out batch)");
+      auto oi = input_observers.find(lp.info.name);
+      const ObserverSlot* as = oi == input_observers.end() ? nullptr : table.find_path(oi->second);
+      if (!as) throw Untimed("no observer found for its input");
       auto layer = find_submodule(folded, lp.info.name);
-      at::Tensor w = layer.attr("weight").toTensor().detach();
-      c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
-      const QParams& wq = table.qparams(ws->id);
-      const QParams& aq = table.qparams(as->id);
-      auto scales = torch::tensor(wq.scale, torch::kDouble);
-      at::Tensor qw = wq.per_channel ? at::quantize_per_channel(
-                                           w, scales, torch::zeros({scales.numel()}, torch::kLong),
-                                           0, c10::kQInt8)
-                                     : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
-      c10::IValue packed;
-      const char* op = nullptr;
-      const char* overload = "";
-      switch (lp.info.kind) {
-        case LayerKind::kLinear:
-          packed = call_op("quantized::linear_prepack", "", {qw, bias}).at(0);
-          op = "quantized::linear";
-          break;
-        case LayerKind::kConv1d:
-        case LayerKind::kConv2d:
-        case LayerKind::kConv3d: {
-          auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
-               dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
-          if (!stride.isTuple() && !stride.isIntList()) continue;
-          if (!padding.isTuple() && !padding.isIntList()) continue;  // 'same'/'valid' strings: skip
-          auto to_list = [](const c10::IValue& v) {
-            std::vector<int64_t> l;
-            if (v.isTuple())
-              for (const auto& e : v.toTupleRef().elements()) l.push_back(e.toInt());
-            else
-              l = v.toIntVector();
-            return l;
-          };
-          const char* prepack = lp.info.kind == LayerKind::kConv1d   ? "quantized::conv1d_prepack"
-                                : lp.info.kind == LayerKind::kConv2d ? "quantized::conv2d_prepack"
-                                                                     : "quantized::conv3d_prepack";
-          packed = call_op(prepack, "",
-                           {qw, bias, to_list(stride), to_list(padding), to_list(dilation),
-                            groups.toInt()})
-                       .at(0);
-          op = lp.info.kind == LayerKind::kConv1d   ? "quantized::conv1d"
-               : lp.info.kind == LayerKind::kConv2d ? "quantized::conv2d"
-                                                    : "quantized::conv3d";
-          overload = lp.info.kind == LayerKind::kConv1d ? "" : "new";
-          break;
-        }
-        default:
-          continue;
-      }
-      std::string detail;
-      bool slower = false;
-      std::vector<int64_t> sizes = batch_sizes;
-      std::sort(sizes.begin(), sizes.end());
-      BatchLadder ladder;
-      for (int64_t bs : sizes) {
-        if (int64_t from = ladder.inferred_from(bs)) {
-          detail += "; bs " + std::to_string(bs) + ": inferred from bs " + std::to_string(from);
-          continue;
-        }
-        at::Tensor xb = resize_batch(*x, bs);
-        auto run_f = [&] { layer.forward({xb}); };
-        auto run_q = [&] {
-          auto xq = at::quantize_per_tensor(xb, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
-          auto y = call_op(op, overload,
-                           {xq, packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])});
-          y.at(0).toTensor().dequantize();
-        };
-        auto [tf, tq] = look(run_f, run_q, /*warm=*/true, 5, 100);
-        detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) +
-                  ": int8 " + format_ms(tq) + " vs fp32 " + format_ms(tf);
-        if (!ladder.record(bs, tf, tq)) {
-          slower = true;
-          break;
-        }
-      }
-      if (slower)
-        out.emplace_back(lp.info.name, "int8 slower than fp32 for this layer (" + detail + ")");
-    } catch (const std::exception&) {
-      continue;  // cannot time this layer alone: leave it to the model-level check
+      const LayerKernel k = pack_layer(layer, lp.info.kind, table.qparams(ws->id));
+      std::string why = time_layer(layer, k, table.qparams(as->id), xi->second, batch_sizes);
+      if (!why.empty()) out.emplace_back(lp.info.name, why);
+    } catch (const std::exception& e) {
+      // Left to the model-level check, and said why.
+      spdlog::info("static_ptq: layer {} not timed alone: {}", lp.info.name, e.what());
+      if (untimed) untimed->emplace_back(lp.info.name, e.what());
     }
   }
   return out;

@@ -43,10 +43,13 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
 // Each quantized layer alone: its float op vs quantize + int8 op + dequantize
 // on its held-out input (`inputs`: capture_layer_inputs on `folded`).
 // Returns (layer, reason) for layers where int8 is slower at any batch size.
+// An int8 layer that cannot be timed alone is left to the model-level check;
+// why is logged and, if `untimed` is given, added to it as (layer, reason).
 std::vector<std::pair<std::string, std::string>> slower_int8_layers(
     const QuantizeContext& ctx, const torch::jit::Module& folded,
     const torch::jit::Module& observed, ObserverTable& table,
-    const std::map<std::string, at::Tensor>& inputs, const std::vector<int64_t>& batch_sizes);
+    const std::map<std::string, at::Tensor>& inputs, const std::vector<int64_t>& batch_sizes,
+    std::vector<std::pair<std::string, std::string>>* untimed = nullptr);
 
 std::string format_ms(double ms);
 

@@ -1,12 +1,6 @@
 #include "static_ptq.h"
 
 #include <ATen/Parallel.h>
-#include <torch/csrc/jit/passes/constant_propagation.h>
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
-#include <torch/csrc/jit/passes/fold_conv_bn.h>
-#include <torch/csrc/jit/passes/quantization/finalize.h>
-#include <torch/csrc/jit/passes/quantization/insert_observers.h>
-#include <torch/csrc/jit/passes/quantization/insert_quant_dequant.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -18,6 +12,7 @@
 #include "latency.h"
 #include "taoquant/calibration.h"
 #include "taoquant/data.h"
+#include "taoquant/jit.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
 #include "taoquant/sqnr.h"
@@ -26,7 +21,7 @@
 namespace tq::libtorch {
 
 using torch::jit::Module;
-using torch::jit::QuantType;
+using QuantType = jit::QuantMode;
 
 // How many leading samples of a layer's held-out input its per-layer SQNR
 // is measured on: at most ~2^17 input values (an SQNR over that many is
@@ -187,11 +182,11 @@ bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
 
 // A fresh observer table (s.table) and the qconfig of each layer of the plan
 // (minus `keep_float`), for LibTorch's InsertObservers.
-torch::jit::QConfigDict static_qconfig(const Plan& plan, StaticSession& s) {
+jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {
   s.table.reset();  // the old table first: a table is the active one until it is destroyed
   s.table = std::make_unique<ObserverTable>();
   auto& table = *s.table;
-  torch::jit::QConfigDict qd;
+  jit::QConfigs qd;
   int act_default = table.add_template(act_template(plan, nullptr));
   int w_default = table.add_template(weight_template(plan, nullptr));
   qd[""] = std::make_tuple(table.make_module(act_default), table.make_module(w_default));
@@ -200,7 +195,7 @@ torch::jit::QConfigDict static_qconfig(const Plan& plan, StaticSession& s) {
     if (why.empty() && s.keep_float.count(lp.info.name)) why = s.reasons[lp.info.name];
     if (!why.empty()) {
       s.reasons[lp.info.name] = why;
-      qd[lp.info.name] = c10::nullopt;
+      qd[lp.info.name] = std::nullopt;
       continue;
     }
     auto at = act_template(plan, &lp.activations);
@@ -221,14 +216,13 @@ torch::jit::QConfigDict static_qconfig(const Plan& plan, StaticSession& s) {
 // Inserts observers for the plan (minus `keep_float`) and runs the calibration
 // batches. Fills s.table, s.observed.
 void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
-  const torch::jit::QConfigDict qd = static_qconfig(ctx.plan, s);
+  const jit::QConfigs qd = static_qconfig(ctx.plan, s);
   auto& table = *s.table;
   try {
     // On a shallow copy (own types and graphs, shared tensors): the pass
     // adds observers and never writes the float tensors.
     Module copy = s.folded.clone(/*inplace=*/true);
-    s.observed =
-        torch::jit::InsertObservers(copy, "forward", qd, /*inplace=*/true, QuantType::STATIC);
+    s.observed = jit::insert_observers(copy, qd, QuantType::kStatic);
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     throw RuntimeError(
@@ -287,7 +281,7 @@ void StaticPtq::calibrate(QuantizeContext& ctx, CalibrationData& data) {
   // shared) only sets eval mode without touching the caller's module.
   Module work = ctx.model.clone(/*inplace=*/true);
   work.eval();
-  s.folded = torch::jit::FoldConvBatchNorm(work);
+  s.folded = jit::fold_conv_batchnorm(work);
   step("BatchNorm folding");
   BranchSpecialization br;
   try {
@@ -307,132 +301,17 @@ void StaticPtq::calibrate(QuantizeContext& ctx, CalibrationData& data) {
 
 namespace {
 
-// InsertQuantDeQuant treats a tuple built from a quantized tensor (e.g.
-// MultiheadAttention's `(attn_output, None)`) as quantized and dequantizes
-// the tuple itself, which TorchScript cannot run. Dequantize its tensor
-// elements instead and rebuild the tuple.
-void dequantize_tuple_elements(torch::jit::Block* b, torch::jit::Graph& g) {
-  using namespace torch::jit;
-  for (auto it = b->nodes().begin(); it != b->nodes().end();) {
-    Node* n = *it++;
-    for (Block* sub : n->blocks()) dequantize_tuple_elements(sub, g);
-    if (n->kind() != aten::dequantize || n->inputs().size() != 1 ||
-        !n->input(0)->type()->cast<c10::TupleType>())
-      continue;
-    Value* t = n->input(0);
-    WithInsertPoint guard(n);
-    std::vector<Value*> elems;
-    if (t->node()->kind() == prim::TupleConstruct) {
-      elems.assign(t->node()->inputs().begin(), t->node()->inputs().end());
-    } else {
-      Node* unpack = g.insertNode(g.createTupleUnpack(t));
-      elems.assign(unpack->outputs().begin(), unpack->outputs().end());
-    }
-    std::vector<Value*> out;
-    for (Value* e : elems) {
-      if (!e->type()->isSubtypeOf(*c10::TensorType::get())) {
-        out.push_back(e);
-        continue;
-      }
-      Node* dq = g.insertNode(g.create(aten::dequantize, {e}));
-      dq->output()->setType(e->type());
-      out.push_back(dq->output());
-    }
-    Node* tuple = g.insertNode(g.createTuple(out));
-    n->output()->replaceAllUsesWith(tuple->output());
-    n->destroy();
-  }
-}
-
-// Module instances whose objects lack attributes that their (shared) type
-// declares: LibTorch's InsertQuantDeQuant converts a module type once, for
-// the instances it reaches first, and gives only those the new attributes
-// (scales, packed weights). When whole parent modules share a type (e.g.
-// two identical DenseNet blocks), the others are left incomplete, and
-// Finalize would crash on them.
-// Module paths that the (inlined) forward graph reads.
-std::set<std::string> used_module_paths(const Module& m) {
-  using namespace torch::jit;
-  auto g = m.get_method("forward").graph()->copy();
-  inline_everything(*g);
-  std::set<std::string> out;
-  std::function<void(Block*)> walk = [&](Block* b) {
-    for (Node* n : b->nodes()) {
-      for (Block* sub : n->blocks()) walk(sub);
-      if (n->kind() != prim::GetAttr || !n->output()->type()->cast<c10::ClassType>()) continue;
-      std::string path;
-      Value* v = n->output();
-      while (v->node()->kind() == prim::GetAttr) {
-        const std::string& name = v->node()->s(attr::name);
-        path = path.empty() ? name : name + "." + path;
-        v = v->node()->input(0);
-      }
-      out.insert(path);
-    }
-  };
-  walk(g->block());
-  return out;
-}
-
-// Instances whose objects lack attributes their type declares. Unused ones
-// (a BatchNorm folded away) get a sibling's values, so that later passes can
-// copy them; used ones are returned: they would run without their qparams.
-void complete_or_find_incomplete(Module& root, const std::set<std::string>& used,
-                                 std::vector<std::string>& out) {
-  struct Inst {
-    Module m;
-    std::string path;
-  };
-  std::vector<Inst> all;
-  std::function<void(const Module&, const std::string&)> collect = [&](const Module& m,
-                                                                       const std::string& path) {
-    all.push_back({m, path});
-    const auto type = m.type();
-    const auto obj = m._ivalue();
-    for (size_t i = 0; i < type->numAttributes() && i < obj->slots().size(); ++i) {
-      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module())
-        continue;
-      if (!obj->getSlot(i).isObject()) continue;
-      const std::string name = type->getAttributeName(i);
-      collect(Module(obj->getSlot(i).toObject()), path.empty() ? name : path + "." + name);
-    }
-  };
-  collect(root, "");
-  std::map<std::pair<const c10::ClassType*, size_t>, c10::IValue> donors;
-  for (const auto& inst : all) {
-    const auto obj = inst.m._ivalue();
-    for (size_t i = 0; i < obj->slots().size(); ++i)
-      donors.emplace(std::make_pair(inst.m.type().get(), i), obj->getSlot(i));
-  }
-  for (auto& inst : all) {
-    const auto type = inst.m.type();
-    const auto obj = inst.m._ivalue();
-    if (obj->slots().size() >= type->numAttributes()) continue;
-    spdlog::debug("{}: {} of {} attributes have values", inst.path.empty() ? "<model>" : inst.path,
-                  obj->slots().size(), type->numAttributes());
-    if (inst.path.empty() || used.count(inst.path)) {
-      out.push_back(inst.path.empty() ? "<model>" : inst.path);
-      continue;
-    }
-    for (size_t i = obj->slots().size(); i < type->numAttributes(); ++i) {
-      auto d = donors.find({type.get(), i});
-      obj->setSlot(i, d != donors.end() ? d->second : c10::IValue());
-    }
-  }
-}
-
 // InsertQuantDeQuant's output -> the final int8 module: completes or
 // refuses instances it left without values, fixes tuple dequantization,
 // then Finalize (fusion into quantized ops, packing, freezing).
 Module finish_quantized(Module q, QuantType qt) {
-  std::vector<std::string> incomplete;
-  complete_or_find_incomplete(q, used_module_paths(q), incomplete);
+  const std::vector<std::string> incomplete = jit::complete_unused_instances(q);
   if (!incomplete.empty()) {
     std::string list;
     for (size_t i = 0; i < incomplete.size() && i < 4; ++i) list += (i ? ", " : "") + incomplete[i];
     if (incomplete.size() > 4) list += ", ... (" + std::to_string(incomplete.size()) + " in all)";
     throw RuntimeError(
-        std::string(qt == QuantType::STATIC ? "static_ptq" : "dynamic_ptq") +
+        std::string(qt == QuantType::kStatic ? "static_ptq" : "dynamic_ptq") +
         ": unsupported pattern: module instances that forward calls share a TorchScript type with "
         "another "
         "instance, and LibTorch's InsertQuantDeQuant left them without their quantization "
@@ -440,28 +319,15 @@ Module finish_quantized(Module q, QuantType qt) {
         list +
         ". Keep them float with skip_names, or use mode weight_only_ptq or backend fakequant");
   }
-  std::function<void(Module&)> fix = [&](Module& m) {
-    for (const auto& method : m.get_methods()) {
-      auto g = method.graph();
-      dequantize_tuple_elements(g->block(), *g);
-    }
-    for (auto child : m.children()) fix(child);
-  };
-  fix(q);
-  q = torch::jit::Finalize(q, qt, {});
-  auto g = q.get_method("forward").graph();
-  torch::jit::ConstantPropagation(g);
-  torch::jit::EliminateDeadCode(g);
-  return q;
+  jit::dequantize_tuple_elements(q);
+  return jit::finalize(q, qt);
 }
 
 Module convert_observed(Module& observed) {
   // A shallow copy again: the pass adds attributes and rewrites graphs; the
   // quantized weights it makes are new tensors.
   Module copy = observed.clone(/*inplace=*/true);
-  return finish_quantized(torch::jit::InsertQuantDeQuant(copy, "forward", /*inplace=*/true,
-                                                         /*debug=*/false, QuantType::STATIC),
-                          QuantType::STATIC);
+  return finish_quantized(jit::insert_quant_dequant(copy, QuantType::kStatic), QuantType::kStatic);
 }
 
 const ObserverSlot* input_slot(const ObserverTable& t,
@@ -632,8 +498,8 @@ namespace tq::libtorch {
 void StaticPtq::dynamic(QuantizeContext& ctx) {
   ctx.backend_meta["engine"] = select_engine(ctx);
   ObserverTable table;
-  torch::jit::QConfigDict qd;
-  qd[""] = c10::nullopt;
+  jit::QConfigs qd;
+  qd[""] = std::nullopt;
   std::map<std::string, std::string> reasons;
   for (const auto& lp : ctx.plan.layers) {
     if (!lp.quantized()) {
@@ -651,8 +517,7 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
   work.eval();
   Module observed;
   try {
-    observed =
-        torch::jit::InsertObservers(work, "forward", qd, /*inplace=*/false, QuantType::DYNAMIC);
+    observed = jit::insert_observers(work, qd, QuantType::kDynamic, /*inplace=*/false);
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     throw RuntimeError("dynamic_ptq: LibTorch could not place observers in this model: " +
@@ -669,9 +534,9 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
     else
       table.observe(slot->id, torch::tensor({0.0f, 1.0f}));
   }
-  Module q = finish_quantized(
-      torch::jit::InsertQuantDeQuant(observed, "forward", false, false, QuantType::DYNAMIC),
-      QuantType::DYNAMIC);
+  Module q =
+      finish_quantized(jit::insert_quant_dequant(observed, QuantType::kDynamic, /*inplace=*/false),
+                       QuantType::kDynamic);
 
   for (const auto& lp : ctx.plan.layers) {
     LayerResult r = layer_result(lp);

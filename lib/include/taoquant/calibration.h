@@ -16,11 +16,6 @@
 #include "taoquant/backend.h"
 #include "taoquant/observer.h"
 
-namespace torch::jit {
-struct Graph;
-struct Node;
-}  // namespace torch::jit
-
 namespace tq {
 
 struct ObserverTemplate {
@@ -75,7 +70,8 @@ class ObserverTable {
   std::vector<ObserverTemplate> templates_;
   std::vector<std::unique_ptr<ObserverSlot>> slots_;
   QParamConstraints constraints_;
-  ObserverTable* previous_ = nullptr;
+  struct Scope;  // makes this table the custom ops' context while it lives
+  std::unique_ptr<Scope> scope_;
 };
 
 // Applies a backend's declared qparam constraints (power-of-two scales,
@@ -94,17 +90,6 @@ double tensor_sqnr_db(const at::Tensor& ref, const at::Tensor& x);
 // The report's per-layer "activation" entry: observer, observed range, clip,
 // scale and zero point.
 nlohmann::json activation_stats(const QParams& q, const std::string& observer);
-
-// Inlines every method and function call of a graph, however deep.
-void inline_everything(torch::jit::Graph& g);
-
-// The conv/linear ops of a graph (inline it first) with the module path of
-// the layer each one belongs to (first call of each layer only), in graph order.
-struct LayerSite {
-  torch::jit::Node* op = nullptr;
-  std::string layer;
-};
-std::vector<LayerSite> layer_sites(torch::jit::Graph& g);
 
 // One pass of `model` over `inputs` with a tap at each conv/linear layer
 // (its first call), by module path. The model itself is not modified, and

@@ -11,6 +11,8 @@
 
 #include <torch/script.h>
 
+#include "taoquant/jit.h"
+
 namespace tq {
 
 namespace fs = std::filesystem;
@@ -83,21 +85,22 @@ std::string module_class_name(const torch::jit::Module& m) {
 
 std::vector<LayerInfo> discover_layers(const torch::jit::Module& model) {
   std::vector<LayerInfo> out;
-  for (const auto& nm : model.named_modules()) {
-    std::string cls = module_class_name(nm.value);
+  for (const auto& inst : jit::module_instances(model)) {
+    const torch::jit::Module& m = inst.module;
+    std::string cls = module_class_name(m);
     for (const auto& k : kKinds) {
       if (cls != k.class_name) continue;
-      if (!nm.value.hasattr("weight")) break;
-      auto w = nm.value.attr("weight");
+      if (!m.hasattr("weight")) break;
+      auto w = m.attr("weight");
       if (!w.isTensor()) break;
       auto t = w.toTensor();
       if (static_cast<size_t>(t.dim()) != k.rank || !t.is_floating_point()) break;
       LayerInfo li;
-      li.name = nm.name;
+      li.name = inst.path;
       li.class_name = cls;
       li.kind = k.kind;
       li.weight_shape = t.sizes().vec();
-      li.has_bias = nm.value.hasattr("bias") && nm.value.attr("bias").isTensor();
+      li.has_bias = m.hasattr("bias") && m.attr("bias").isTensor();
       out.push_back(std::move(li));
       break;
     }

@@ -6,27 +6,24 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
-#include <set>
 
-#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/script.h>
 
 #include "taoquant/calibration.h"
+#include "taoquant/jit.h"
 #include "taoquant/sqnr.h"
 
 namespace tq {
 
 namespace {
 
-using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
-namespace prim = torch::jit::prim;
 
-// The capture in progress (one at a time). Output taps use ids offset by
-// kOutputTap and keep as many samples as the same layer's input tap.
+// The capture in progress, the context of the taoquant::tap op. Output taps
+// use ids offset by kOutputTap and keep as many samples as the same layer's
+// input tap.
 constexpr int64_t kOutputTap = int64_t{1} << 32;
 struct TapState {
   const std::vector<std::string>* names = nullptr;
@@ -34,26 +31,25 @@ struct TapState {
   std::map<int64_t, at::Tensor> in, out;
   std::map<int64_t, int64_t> kept;  // samples kept per layer id
 };
-std::mutex g_tap_mutex;
-TapState* g_taps = nullptr;
+using TapScope = jit::OpScope<TapState>;
 
 at::Tensor tap_op(const at::Tensor& x, int64_t id) {
-  std::lock_guard<std::mutex> lock(g_tap_mutex);
-  if (!g_taps) return x;
+  TapState* taps = TapScope::current();
+  if (!taps) return x;
   const bool is_out = id >= kOutputTap;
   const int64_t lid = is_out ? id - kOutputTap : id;
-  auto& dst = is_out ? g_taps->out : g_taps->in;
+  auto& dst = is_out ? taps->out : taps->in;
   if (dst.count(lid)) return x;  // a layer called twice: its first call
   const int64_t n = x.dim() > 0 ? x.size(0) : 0;
   int64_t keep = n;
   if (is_out) {
-    auto k = g_taps->kept.find(lid);
-    if (k != g_taps->kept.end()) keep = k->second;
+    auto k = taps->kept.find(lid);
+    if (k != taps->kept.end()) keep = k->second;
   } else {
-    if (g_taps->opts->samples && n > 0)
-      keep = std::clamp<int64_t>(
-          g_taps->opts->samples(g_taps->names->at(static_cast<size_t>(lid)), x), 1, n);
-    g_taps->kept[lid] = keep;
+    if (taps->opts->samples && n > 0)
+      keep = std::clamp<int64_t>(taps->opts->samples(taps->names->at(static_cast<size_t>(lid)), x),
+                                 1, n);
+    taps->kept[lid] = keep;
   }
   at::Tensor t = x.detach();
   if (keep < n) t = t.narrow(0, 0, keep);
@@ -65,118 +61,23 @@ TORCH_LIBRARY_FRAGMENT(taoquant, m) {
   m.def("tap(Tensor(a) x, int id) -> Tensor(a)", tap_op);
 }
 
-// "a.b.c" for GetAttr[c](GetAttr[b](GetAttr[a](self))); nullopt if the value
-// is not such a chain.
-std::optional<std::string> attr_path(Value* v) {
-  std::string path;
-  while (v->node()->kind() == prim::GetAttr) {
-    const std::string& name = v->node()->s(torch::jit::attr::name);
-    path = path.empty() ? name : name + "." + path;
-    v = v->node()->input(0);
-  }
-  if (v->node()->kind() != prim::Param) return std::nullopt;
-  return path;
-}
-
-bool is_layer_op(const Node* n) {
-  static const std::set<std::string> kOps = {"aten::conv1d", "aten::conv2d", "aten::conv3d",
-                                             "aten::_convolution", "aten::linear"};
-  return kOps.count(n->kind().toQualString()) > 0;
-}
-
 bool is_observe(const Node* n) {
   return std::string(n->kind().toQualString()) == "taoquant::observe";
 }
 
-// Ops that carry their input's quantization through unchanged (LibTorch's
-// "general ops" for static quantization): the observer of their input is the
-// observer of their output.
-bool passes_quantization(const Node* n) {
-  static const std::set<std::string> kOps = {"aten::max_pool1d",
-                                             "aten::max_pool2d",
-                                             "aten::max_pool3d",
-                                             "aten::adaptive_max_pool2d",
-                                             "aten::avg_pool1d",
-                                             "aten::avg_pool2d",
-                                             "aten::avg_pool3d",
-                                             "aten::adaptive_avg_pool1d",
-                                             "aten::adaptive_avg_pool2d",
-                                             "aten::adaptive_avg_pool3d",
-                                             "aten::flatten",
-                                             "aten::reshape",
-                                             "aten::view",
-                                             "aten::relu",
-                                             "aten::relu_",
-                                             "aten::dropout",
-                                             "aten::dropout_",
-                                             "aten::contiguous",
-                                             "aten::permute",
-                                             "aten::transpose",
-                                             "aten::squeeze",
-                                             "aten::unsqueeze",
-                                             "aten::hardtanh",
-                                             "aten::hardtanh_",
-                                             "aten::clamp",
-                                             "aten::detach",
-                                             "aten::mean",
-                                             "aten::upsample_nearest2d",
-                                             "aten::__getitem__",
-                                             "prim::TupleIndex",
-                                             "prim::ListUnpack",
-                                             "aten::chunk",
-                                             "aten::select",
-                                             "aten::slice",
-                                             "aten::t"};
-  return kOps.count(n->kind().toQualString()) > 0;
-}
-
 // The observer (its module path) that a value is quantized with: the
 // observe call that produced it, or one that it feeds, looking back through
-// quantization-transparent ops.
+// ops that pass quantization ranges through.
 std::optional<std::string> observer_of(Value* v) {
   for (int depth = 0; depth < 64; ++depth) {
     Node* def = v->node();
-    if (is_observe(def)) return attr_path(def->input(1)->node()->input(0));
+    if (is_observe(def)) return jit::attr_path(def->input(1)->node()->input(0));
     for (const auto& u : v->uses())
-      if (is_observe(u.user)) return attr_path(u.user->input(1)->node()->input(0));
-    if (!passes_quantization(def) || def->inputs().empty()) return std::nullopt;
+      if (is_observe(u.user)) return jit::attr_path(u.user->input(1)->node()->input(0));
+    if (!jit::passes_ranges(def) || def->inputs().empty()) return std::nullopt;
     v = def->input(0);
   }
   return std::nullopt;
-}
-
-// The layer path of a conv/linear op: its weight's GetAttr chain, seen
-// through a weight observer if there is one.
-std::optional<std::string> layer_of(Node* n) {
-  Value* w = n->input(1);
-  if (is_observe(w->node())) w = w->node()->input(0);
-  if (w->node()->kind() != prim::GetAttr || w->node()->s(torch::jit::attr::name) != "weight")
-    return std::nullopt;
-  return attr_path(w->node()->input(0));
-}
-
-template <typename F>
-void for_each_layer_op(Block* b, F&& f) {
-  for (Node* n : b->nodes()) {
-    for (Block* sub : n->blocks()) for_each_layer_op(sub, f);
-    if (is_layer_op(n))
-      if (auto layer = layer_of(n)) f(n, *layer);
-  }
-}
-
-bool has_calls(Block* b) {
-  for (Node* n : b->nodes()) {
-    if (n->kind() == prim::CallMethod || n->kind() == prim::CallFunction) return true;
-    for (Block* sub : n->blocks())
-      if (has_calls(sub)) return true;
-  }
-  return false;
-}
-
-std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) {
-  auto g = m.get_method("forward").graph()->copy();
-  inline_everything(*g);
-  return g;
 }
 
 }  // namespace
@@ -200,13 +101,6 @@ nlohmann::json activation_stats(const QParams& q, const std::string& observer) {
           {"zero_point", q.zero_point.empty() ? 0 : q.zero_point.at(0)}};
 }
 
-void inline_everything(torch::jit::Graph& g) {
-  // torch::jit::Inline inlines each callee's cached "optimized" graph, which
-  // is itself inlined only when the executor's optimizations were on when it
-  // was made: repeat until no call is left.
-  for (int round = 0; round < 64 && has_calls(g.block()); ++round) torch::jit::Inline(g);
-}
-
 NoGraphOptimization::NoGraphOptimization() : previous_(torch::jit::getGraphExecutorOptimize()) {
   torch::jit::setGraphExecutorOptimize(false);
 }
@@ -216,20 +110,12 @@ NoGraphOptimization::~NoGraphOptimization() {
 
 std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed) {
   std::map<std::string, std::string> out;
-  auto g = inlined_forward(observed);
+  auto g = jit::inlined_graph(observed);
   spdlog::trace("layer_input_observers: inlined graph\n{}", g->toString());
-  for_each_layer_op(g->block(), [&](Node* n, const std::string& layer) {
-    if (out.count(layer)) return;  // a layer called twice: its first call
-    if (auto obs = observer_of(n->input(0))) out[layer] = *obs;
-  });
-  return out;
-}
-
-std::vector<LayerSite> layer_sites(torch::jit::Graph& g) {
-  std::vector<LayerSite> out;
-  std::set<std::string> seen;
-  for_each_layer_op(g.block(), [&](Node* n, const std::string& layer) {
-    if (seen.insert(layer).second) out.push_back({n, layer});
+  jit::for_each_node(g->block(), [&](Node* n) {
+    auto layer = jit::is_layer_op(n) ? jit::layer_of(n) : std::nullopt;
+    if (!layer || out.count(*layer)) return;  // a layer called twice: its first observed call
+    if (auto obs = observer_of(n->input(0))) out[*layer] = *obs;
   });
   return out;
 }
@@ -240,30 +126,12 @@ LayerCapture capture_layers(const torch::jit::Module& model, const std::vector<a
   // copied) whose forward is inlined, with taps around each layer.
   torch::jit::Module m = model.clone(/*inplace=*/true);
   auto g = m.get_method("forward").graph();
-  inline_everything(*g);
-  const auto tap_kind = c10::Symbol::fromQualString("taoquant::tap");
+  jit::inline_calls(*g);
   std::vector<std::string> names;
-  for (const LayerSite& site : layer_sites(*g)) {
-    Node* n = site.op;
+  for (const jit::LayerSite& site : jit::layer_sites(*g)) {
     const auto lid = static_cast<int64_t>(names.size());
-    {
-      torch::jit::WithInsertPoint guard(n);
-      Value* id = g->insertConstant(lid);
-      Node* tap = g->create(tap_kind, {n->input(0), id}, 1);
-      tap->insertBefore(n);
-      tap->output()->setType(n->input(0)->type());
-      n->replaceInput(0, tap->output());
-    }
-    if (opts.outputs) {
-      Value* y = n->output();
-      torch::jit::WithInsertPoint guard(n->next());
-      Value* id = g->insertConstant(lid + kOutputTap);
-      Node* tap = g->create(tap_kind, {y, id}, 1);
-      tap->insertAfter(id->node());
-      tap->output()->setType(y->type());
-      y->replaceAllUsesWith(tap->output());
-      tap->replaceInput(0, y);
-    }
+    jit::insert_call_on_input(site.op, 0, "taoquant::tap", lid);
+    if (opts.outputs) jit::insert_call_on_output(site.op, "taoquant::tap", lid + kOutputTap);
     names.push_back(site.layer);
   }
   TapState state;
@@ -271,22 +139,11 @@ LayerCapture capture_layers(const torch::jit::Module& model, const std::vector<a
   state.opts = &opts;
   LayerCapture out;
   {
-    std::lock_guard<std::mutex> lock(g_tap_mutex);
-    g_taps = &state;
-  }
-  try {
+    TapScope scope(state);
     torch::NoGradGuard no_grad;
     NoGraphOptimization no_opt;
     std::vector<c10::IValue> in(inputs.begin(), inputs.end());
     out.model_output = m.forward(in);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(g_tap_mutex);
-    g_taps = nullptr;
-    throw;
-  }
-  {
-    std::lock_guard<std::mutex> lock(g_tap_mutex);
-    g_taps = nullptr;
   }
   for (auto& [id, t] : state.in) out.inputs[names.at(static_cast<size_t>(id))] = std::move(t);
   for (auto& [id, t] : state.out) out.outputs[names.at(static_cast<size_t>(id))] = std::move(t);

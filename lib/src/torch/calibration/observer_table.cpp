@@ -2,35 +2,32 @@
 // modules reach tao-quant's C++ observers during calibration.
 #include <spdlog/spdlog.h>
 
-#include <mutex>
-
 #include <torch/csrc/jit/frontend/resolver.h>
 #include <torch/csrc/jit/frontend/sugared_value.h>
 #include <torch/script.h>
 
 #include "taoquant/calibration.h"
+#include "taoquant/jit.h"
 #include "taoquant/model.h"
 
 namespace tq {
 
 namespace {
 
-std::mutex g_mutex;
-ObserverTable* g_active = nullptr;
+using TableScope = jit::OpScope<ObserverTable>;
 
 ObserverTable& require_active() {
-  if (!g_active) throw RuntimeError("taoquant observer op called outside a calibration");
-  return *g_active;
+  ObserverTable* t = TableScope::current();
+  if (!t) throw RuntimeError("taoquant observer op called outside a calibration");
+  return *t;
 }
 
 at::Tensor observe_op(const at::Tensor& x, int64_t id) {
-  std::lock_guard<std::mutex> lock(g_mutex);
   require_active().observe(id, x);
   return x;
 }
 
 std::tuple<at::Tensor, at::Tensor> qparams_op(int64_t id) {
-  std::lock_guard<std::mutex> lock(g_mutex);
   const QParams& q = require_active().qparams(id);
   auto scale = torch::tensor(q.scale, torch::kFloat);
   std::vector<int64_t> zp(q.zero_point.begin(), q.zero_point.end());
@@ -71,19 +68,19 @@ TORCH_LIBRARY(taoquant, m) {
   m.def("qparams(int id) -> (Tensor, Tensor)", qparams_op);
 }
 
-ObserverTable::ObserverTable(QParamConstraints constraints) : constraints_(std::move(constraints)) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  previous_ = g_active;
-  g_active = this;
-}
+// The table is the context of the taoquant::observe and taoquant::qparams
+// ops while it lives.
+struct ObserverTable::Scope : TableScope {
+  using TableScope::TableScope;
+};
 
-ObserverTable::~ObserverTable() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_active == this) g_active = previous_;
-}
+ObserverTable::ObserverTable(QParamConstraints constraints)
+    : constraints_(std::move(constraints)), scope_(std::make_unique<Scope>(*this)) {}
+
+ObserverTable::~ObserverTable() = default;
 
 ObserverTable* ObserverTable::active() {
-  return g_active;
+  return TableScope::current();
 }
 
 int ObserverTable::add_template(ObserverTemplate t) {
@@ -175,111 +172,48 @@ std::string label_for(torch::jit::Node* call, const torch::jit::Module& owner,
   return prefix + ":" + std::string(def->kind().toUnqualString());
 }
 
+// Labels of the observer calls in a module's graph, by observer attribute name.
 void collect_labels(torch::jit::Block* b, const torch::jit::Module& owner,
                     const std::string& prefix, std::map<std::string, std::string>& out) {
   using namespace torch::jit;
-  for (Node* n : b->nodes()) {
-    if (n->kind() == prim::CallMethod && n->inputs().size() == 2 &&
-        n->input(0)->node()->kind() == prim::GetAttr &&
-        is_observer_name(n->input(0)->node()->s(attr::name)))
-      out[n->input(0)->node()->s(attr::name)] = label_for(n, owner, prefix);
-    for (Block* sub : n->blocks()) collect_labels(sub, owner, prefix, out);
-  }
-}
-
-}  // namespace
-
-namespace {
-
-// LibTorch's InsertObservers adds observer attributes to module types, and
-// registers observer instances only on the module instances it reaches
-// through the call graph. Another instance of a shared type (DenseNet's
-// _DenseLayer, reached through a ModuleDict loop) is left without a value
-// for them, and later passes fail on it. Give each such instance its own
-// copy of a sibling's observer.
-size_t complete_shared_observers(torch::jit::Module& root) {
-  std::map<const c10::ClassType*, std::map<size_t, torch::jit::Module>> donors;
-  std::vector<torch::jit::Module> all;
-  std::function<void(const torch::jit::Module&)> collect = [&](const torch::jit::Module& m) {
-    all.push_back(m);
-    const auto type = m.type();
-    const auto obj = m._ivalue();
-    for (size_t i = 0; i < type->numAttributes(); ++i) {
-      if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module())
-        continue;
-      if (i >= obj->slots().size() || !obj->getSlot(i).isObject()) continue;
-      torch::jit::Module child(obj->getSlot(i).toObject());
-      if (is_observer_name(type->getAttributeName(i)))
-        donors[type.get()].emplace(i, child);
-      else
-        collect(child);
-    }
+  auto is_observer_call = [](Node* n) {
+    return n->kind() == prim::CallMethod && n->inputs().size() == 2 &&
+           n->input(0)->node()->kind() == prim::GetAttr &&
+           is_observer_name(n->input(0)->node()->s(attr::name));
   };
-  collect(root);
-  size_t filled = 0;
-  for (auto& m : all) {
-    const auto type = m.type();
-    const auto obj = m._ivalue();
-    for (size_t i = 0; i < type->numAttributes(); ++i) {
-      if (!is_observer_name(type->getAttributeName(i))) continue;
-      if (i < obj->slots().size() && obj->getSlot(i).isObject()) continue;
-      auto d = donors[type.get()].find(i);
-      if (d == donors[type.get()].end()) continue;
-      obj->setSlot(i, d->second.deepcopy()._ivalue());
-      ++filled;
-    }
-  }
-  return filled;
+  for (Node* n : jit::find_nodes(b, is_observer_call))
+    out[n->input(0)->node()->s(attr::name)] = label_for(n, owner, prefix);
 }
 
 }  // namespace
 
 void ObserverTable::bind(torch::jit::Module& observed) {
-  if (size_t n = complete_shared_observers(observed))
+  if (size_t n = jit::complete_shared_observers(observed, is_observer_name))
     spdlog::debug("{} observer(s) copied to module instances that share a type", n);
-  std::function<void(torch::jit::Module&, const std::string&)> walk =
-      [&](torch::jit::Module& m, const std::string& prefix) {
-        std::map<std::string, std::string> labels;
-        for (const auto& method : m.get_methods())
-          collect_labels(method.graph()->block(), m, prefix, labels);
-        // Module attributes by slot: LibTorch's InsertObservers adds observer
-        // attributes to a module type shared by several instances, and an
-        // instance it never visited (one that forward does not call) has no
-        // value for them; named_children() would read past its slots.
-        const auto type = m.type();
-        const auto obj = m._ivalue();
-        for (size_t i = 0; i < type->numAttributes(); ++i) {
-          if (!type->getAttribute(i)->cast<c10::ClassType>() || !type->getAttribute(i)->is_module())
-            continue;
-          const std::string name = type->getAttributeName(i);
-          if (i >= obj->slots().size() || !obj->getSlot(i).isObject()) {
-            spdlog::debug("{}: module attribute '{}' has no value (not called by forward)", prefix,
-                          name);
-            continue;
-          }
-          struct {
-            std::string name;
-            torch::jit::Module value;
-          } child{name, torch::jit::Module(obj->getSlot(i).toObject())};
-          torch::jit::Module c = child.value;
-          if (!is_observer_name(child.name)) {
-            walk(c, join_path(prefix, child.name));
-            continue;
-          }
-          auto slot = std::make_unique<ObserverSlot>();
-          slot->id = static_cast<int64_t>(slots_.size());
-          slot->template_id = static_cast<int>(c.attr("tq_template").toInt());
-          slot->path = join_path(prefix, child.name);
-          auto it = labels.find(child.name);
-          slot->label = it != labels.end() ? it->second : slot->path;
-          spdlog::debug("observer {} watches {}", slot->path, slot->label);
-          const auto& t = templates_.at(static_cast<size_t>(slot->template_id));
-          slot->obs = ObserverRegistry::instance().create(t.observer, t.cfg, t.loc);
-          c.setattr("tq_id", slot->id);
-          slots_.push_back(std::move(slot));
-        }
-      };
-  walk(observed, "");
+  const auto all = jit::module_instances(observed);
+  std::map<int, std::map<std::string, std::string>> labels;  // by parent instance
+  for (const auto& inst : all) {
+    if (inst.parent < 0 || !is_observer_name(inst.name)) continue;
+    const auto& owner = all[static_cast<size_t>(inst.parent)];
+    if (!labels.count(inst.parent)) {
+      auto& l = labels[inst.parent];
+      for (const auto& method : owner.module.get_methods())
+        collect_labels(method.graph()->block(), owner.module, owner.path, l);
+    }
+    torch::jit::Module c = inst.module;
+    auto slot = std::make_unique<ObserverSlot>();
+    slot->id = static_cast<int64_t>(slots_.size());
+    slot->template_id = static_cast<int>(c.attr("tq_template").toInt());
+    slot->path = inst.path;
+    const auto& l = labels[inst.parent];
+    auto it = l.find(inst.name);
+    slot->label = it != l.end() ? it->second : slot->path;
+    spdlog::debug("observer {} watches {}", slot->path, slot->label);
+    const auto& t = templates_.at(static_cast<size_t>(slot->template_id));
+    slot->obs = ObserverRegistry::instance().create(t.observer, t.cfg, t.loc);
+    c.setattr("tq_id", slot->id);
+    slots_.push_back(std::move(slot));
+  }
 }
 
 void ObserverTable::observe(int64_t id, const at::Tensor& x) {
