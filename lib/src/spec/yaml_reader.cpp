@@ -11,6 +11,7 @@
 #include <yaml.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "spec/node.h"
@@ -58,6 +59,46 @@ std::string short_tag(const std::string& tag) {
   return tag.rfind(kTagPrefix, 0) == 0 ? "!!" + tag.substr(std::string(kTagPrefix).size()) : tag;
 }
 
+// A position as libyaml counts it: 0-based line and column in characters.
+struct Pos {
+  size_t line = 0, column = 0;
+  bool operator<(const Pos& o) const { return line != o.line ? line < o.line : column < o.column; }
+};
+
+// PyYAML's scanner (pure Python, what yaml.safe_load and OmegaConf use)
+// refuses a tab anywhere but inside quotes, block scalar bodies and
+// comments; libyaml allows tabs between tokens. This finds the first tab
+// PyYAML would refuse, before `limit`. `allowed` holds the spans (from
+// the scalar events) of quoted scalars and block scalar bodies, in order.
+std::optional<Pos> first_bad_tab(const std::string& text,
+                                 const std::vector<std::pair<Pos, Pos>>& allowed, Pos limit) {
+  if (text.size() >= 2 &&
+      (text[0] == '\xFF' || text[0] == '\xFE' || text[0] == '\0' || text[1] == '\0'))
+    return std::nullopt;  // UTF-16 or UTF-32: not scanned here
+  size_t i = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+  Pos at;
+  size_t span = 0;
+  bool comment = false;
+  char prev = '\n';
+  for (; i < text.size() && at < limit; ++i) {
+    const char c = text[i];
+    while (span < allowed.size() && !(at < allowed[span].second)) ++span;
+    const bool inside = span < allowed.size() && !(at < allowed[span].first);
+    if (c == '\n' || (c == '\r' && (i + 1 == text.size() || text[i + 1] != '\n'))) {
+      comment = false;
+      prev = '\n';
+      at.line++, at.column = 0;
+      continue;
+    }
+    if (!inside && c == '#' && (prev == ' ' || prev == '\t' || prev == '\n' || prev == '\r'))
+      comment = true;
+    if (!inside && !comment && c == '\t') return at;
+    prev = c;
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) at.column++;
+  }
+  return std::nullopt;
+}
+
 class Reader {
  public:
   Reader(std::string file, std::optional<SourceLoc> fixed)
@@ -74,12 +115,15 @@ class Reader {
                                  text.size());
     Event ev;
     while (next(ev), ev.e.type != YAML_STREAM_END_EVENT) {
-      if (ev.e.type == YAML_DOCUMENT_START_EVENT && documents_++ > 0)
+      if (ev.e.type == YAML_DOCUMENT_START_EVENT && documents_++ > 0) {
+        check_tabs({ev.e.start_mark.line, ev.e.start_mark.column});
         throw SpecError(loc_of(ev.e.start_mark),
                         "invalid YAML: expected a single document in the file, but found another "
                         "document (a second '---'); a spec is one document");
+      }
       on_event(ev.e);
     }
+    check_tabs({SIZE_MAX, SIZE_MAX});
     return root_ ? root_ : make_plain("", fixed_ ? *fixed_ : SourceLoc{file_, 1, 1});
   }
 
@@ -91,8 +135,23 @@ class Reader {
     throw_parser_error();
   }
 
+  // A tab PyYAML refuses before `limit` is the first error.
+  void check_tabs(Pos limit) const {
+    if (auto tab = first_bad_tab(*text_, allowed_tabs_, limit))
+      throw SpecError(fixed_ ? *fixed_
+                             : SourceLoc{file_, static_cast<int>(tab->line) + 1,
+                                         static_cast<int>(tab->column) + 1},
+                      "invalid YAML: found a tab character where only spaces are allowed (tabs "
+                      "may only appear inside quotes, block scalars and comments)");
+  }
+
   [[noreturn]] void throw_parser_error() const {
     const yaml_mark_t& m = parser_.problem_mark;
+    if (parser_.error == YAML_READER_ERROR) {
+      check_tabs(to_pos(locate_offset(parser_.problem_offset)));
+    } else {
+      check_tabs({m.line, m.column});
+    }
     std::string msg = "invalid YAML: ";
     msg += parser_.problem ? parser_.problem : "cannot read the file";
     if (parser_.context) {
@@ -100,7 +159,7 @@ class Reader {
       if (!fixed_) msg += " that starts at line " + std::to_string(parser_.context_mark.line + 1);
       msg += ")";
     }
-    SourceLoc loc = loc_of(m);
+    SourceLoc loc = loc_of(clamp_to_end(m));
     if (parser_.error == YAML_READER_ERROR && !fixed_) loc = locate_offset(parser_.problem_offset);
     throw SpecError(loc, msg);
   }
@@ -119,6 +178,26 @@ class Reader {
     return loc;
   }
 
+  // libyaml puts the end of a file without a final newline on a line of
+  // its own; PyYAML (and the user) see it at the end of the last line.
+  yaml_mark_t clamp_to_end(yaml_mark_t m) const {
+    Pos end;
+    const std::string& t = *text_;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] == '\n' || (t[i] == '\r' && (i + 1 == t.size() || t[i + 1] != '\n'))) {
+        end.line++, end.column = 0;
+      } else if ((static_cast<unsigned char>(t[i]) & 0xC0) != 0x80 && t[i] != '\r') {
+        end.column++;
+      }
+    }
+    if (end < Pos{m.line, m.column}) m.line = end.line, m.column = end.column;
+    return m;
+  }
+
+  Pos to_pos(const SourceLoc& loc) const {
+    return {static_cast<size_t>(loc.line - 1), static_cast<size_t>(loc.column - 1)};
+  }
+
   SourceLoc loc_of(const yaml_mark_t& m) const {
     if (fixed_) return *fixed_;
     return {file_, static_cast<int>(m.line) + 1, static_cast<int>(m.column) + 1};
@@ -127,6 +206,12 @@ class Reader {
   const std::string& path() const { return stack_.empty() ? root_path_ : stack_.back().path; }
 
   std::string where() const { return path().empty() ? std::string("spec") : path(); }
+
+  // The path of the value being read (not yet in the tree).
+  std::string value_where() const {
+    const std::string p = child_path();
+    return p.empty() ? std::string("spec") : p;
+  }
 
   void on_event(const yaml_event_t& e) {
     switch (e.type) {
@@ -152,6 +237,7 @@ class Reader {
     const auto& s = e.data.scalar;
     const std::string text(reinterpret_cast<const char*>(s.value), s.length);
     const SourceLoc loc = loc_of(e.start_mark);
+    note_tab_span(e);
     const std::string tag = tag_of(s.tag);
     if (tag.empty()) return s.plain_implicit ? make_plain(text, loc) : make_string(text, loc);
     if (tag == "!" || tag == std::string(kTagPrefix) + "str") return make_string(text, loc);
@@ -163,14 +249,24 @@ class Reader {
     if (t == "!!float") ok = parse_float(text).has_value() || parse_int(text).has_value();
     if (t != "!!bool" && t != "!!int" && t != "!!float") throw_bad_tag(t, "a scalar", loc);
     if (!ok)
-      throw SpecError(
-          loc, where() + ": '" + text + "' is not a valid " + t.substr(2) + " (tag " + t + ")");
+      throw SpecError(loc, value_where() + ": '" + text + "' is not a valid " + t.substr(2) +
+                               " (tag " + t + ")");
     return make_plain(text, loc);
+  }
+
+  // Quoted scalars and block scalar bodies may hold tabs.
+  void note_tab_span(const yaml_event_t& e) {
+    const auto style = e.data.scalar.style;
+    if (style == YAML_PLAIN_SCALAR_STYLE) return;
+    Pos from{e.start_mark.line, e.start_mark.column};
+    if (style == YAML_LITERAL_SCALAR_STYLE || style == YAML_FOLDED_SCALAR_STYLE)
+      from = {from.line + 1, 0};  // not the header line (`|` and its indicators)
+    allowed_tabs_.push_back({from, {e.end_mark.line, e.end_mark.column}});
   }
 
   [[noreturn]] void throw_bad_tag(const std::string& t, const std::string& what,
                                   const SourceLoc& loc) const {
-    throw SpecError(loc, where() + ": the tag '" + t + "' is not allowed on " + what +
+    throw SpecError(loc, value_where() + ": the tag '" + t + "' is not allowed on " + what +
                              " (a spec may use !!str, !!int, !!float, !!bool, !!null on values, "
                              "!!seq on lists and !!map on maps)");
   }
@@ -328,6 +424,7 @@ class Reader {
   size_t nodes_ = 0;
   int documents_ = 0;
   const std::string* text_ = nullptr;
+  std::vector<std::pair<Pos, Pos>> allowed_tabs_;
 };
 
 }  // namespace
