@@ -53,7 +53,7 @@ NodePtr deep_copy(const Node& n) {
 std::string describe(const Node& n) {
   switch (n.kind) {
     case Node::Kind::kScalar:
-      return "'" + n.text + "'";
+      return quote_value(n.text);
     case Node::Kind::kList:
       return "a list";
     case Node::Kind::kMap:

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/messages.h"
 #include "taoquant/error.h"
 
 namespace tq::spec_detail {

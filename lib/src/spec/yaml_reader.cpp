@@ -249,8 +249,8 @@ class Reader {
     if (t == "!!float") ok = parse_float(text).has_value() || parse_int(text).has_value();
     if (t != "!!bool" && t != "!!int" && t != "!!float") throw_bad_tag(t, "a scalar", loc);
     if (!ok)
-      throw SpecError(loc, value_where() + ": '" + text + "' is not a valid " + t.substr(2) +
-                               " (tag " + t + ")");
+      throw SpecError(loc, value_where() + ": " + quote_value(text) + " is not a valid " +
+                               t.substr(2) + " (tag " + t + ")");
     return make_plain(text, loc);
   }
 
@@ -394,7 +394,7 @@ class Reader {
       std::string at = first->key_loc.line > 0
                            ? " (first set at line " + std::to_string(first->key_loc.line) + ")"
                            : "";
-      throw SpecError(f.key_loc, where() + ": duplicate key '" + f.key + "'" + at);
+      throw SpecError(f.key_loc, where() + ": duplicate key " + quote_value(f.key) + at);
     }
     f.node->entries.push_back({f.key, f.key_loc, value});
   }

@@ -8,6 +8,7 @@
 
 #include <torch/script.h>
 
+#include "core/messages.h"
 #include "data_impl.h"
 
 namespace tq::data {
@@ -153,8 +154,9 @@ std::unique_ptr<ArraySource> npy_file_source(const std::string& path) {
 void require_path(const Spec& spec, const std::string& key, const std::string& path, bool dir) {
   std::error_code ec;
   std::string from = " (" + key + " at " + spec.loc(key).str() + ")";
-  if (!fs::exists(path, ec))
-    throw RuntimeError((dir ? "folder '" : "data file '") + path + "' does not exist" + from);
+  const std::string problem = path_problem(path);
+  if (!problem.empty())
+    throw RuntimeError((dir ? "folder " : "data file ") + quote_value(path) + " " + problem + from);
   if (dir && !fs::is_directory(path, ec))
     throw RuntimeError("'" + path + "' is not a folder" + from);
   if (!dir && fs::is_directory(path, ec))
