@@ -1,6 +1,5 @@
 # All third-party packages come from Debian (see scripts/setup.sh).
 find_package(Torch REQUIRED)
-find_package(yaml-cpp REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(spdlog REQUIRED)
@@ -21,12 +20,10 @@ endif()
 # LibTorch's exported flags (ABI define etc.) without its -Wno noise on our code.
 add_library(tq_torch INTERFACE)
 target_link_libraries(tq_torch INTERFACE torch)
-# yaml-cpp's Debian target name differs between versions.
-if(TARGET yaml-cpp::yaml-cpp)
-  set(TQ_YAML_TARGET yaml-cpp::yaml-cpp)
-else()
-  set(TQ_YAML_TARGET yaml-cpp)
-endif()
+# libyaml (Debian libyaml-dev): the C YAML parser PyYAML uses; specs and
+# manifests are read with it so that they follow PyYAML's grammar.
+pkg_check_modules(LIBYAML REQUIRED IMPORTED_TARGET yaml-0.1)
+set(TQ_YAML_TARGET PkgConfig::LIBYAML)
 
 # Targets with many LibTorch translation units precompile <torch/script.h>.
 function(tq_torch_pch target)

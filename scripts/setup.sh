@@ -28,9 +28,10 @@ done
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
+  libtorch-dev libyaml-dev python3-yaml libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
   libopencv-imgcodecs-dev libopencv-imgproc-dev libzip-dev libopenblas0-pthread libxml2-dev
   python3-torch python3-torchvision python3-numpy dataset-fashion-mnist clang-format
+  clang-14 libclang-rt-14-dev
 )
 
 SUDO=()

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -64,6 +65,19 @@ json comparable(json s) {
   return s;
 }
 
+// Whether a running process has `text` in its command line (/proc).
+bool process_mentions(const std::string& text) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
 bool evaluate_available() {
   const std::string cmd = std::string(TQ_CLI) + " evaluate --help > /dev/null 2>&1";
   return std::system(cmd.c_str()) == 0;
@@ -78,18 +92,22 @@ TEST_CASE("batch CLI: a truncated model and a hanging job fail alone", "[batch][
   write(d / "truncated.pt", full.substr(0, 65536));
   // Hangs: a FIFO that never gets a writer (opening it blocks forever).
   REQUIRE(::mkfifo((d / "hang.pt").c_str(), 0644) == 0);
+  // Only the hanging job has a short time limit (its own `timeout:`, which
+  // wins over --timeout): it blocks on the FIFO whatever the CPU speed. The
+  // jobs that must finish get a limit no loaded machine reaches.
   write(d / "manifest.yaml",
         "jobs:\n" + good_jobs() + "  - template: " + kDemo +
-            "fmnist_cnn_int8.yaml\n    models: [truncated.pt, hang.pt]\n    id: bad-{stem}\n");
+            "fmnist_cnn_int8.yaml\n    models: truncated.pt\n    id: bad-{stem}\n"
+            "  - template: " +
+            kDemo +
+            "fmnist_cnn_int8.yaml\n    models: hang.pt\n    id: bad-{stem}\n"
+            "    timeout: 5\n");
 
-  const auto t0 = std::chrono::steady_clock::now();
   const int rc =
-      cli(d, "batch manifest.yaml --jobs 2 --keep-going --timeout 5 -o out --junit junit.xml");
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      cli(d, "batch manifest.yaml --jobs 2 --keep-going --timeout 1800 -o out --junit junit.xml");
   const std::string out = slurp(d / "cli.txt");
   INFO(out);
   CHECK(rc == 1);
-  CHECK(wall < 120);
 
   const json s = read_json(d / "out/batch_summary.json");
   CHECK(s["totals"]["jobs"] == 5);
@@ -121,7 +139,7 @@ TEST_CASE("batch CLI: a truncated model and a hanging job fail alone", "[batch][
   CHECK(hang["failure"] == "timeout");
   CHECK(hang["signal"] == SIGTERM);
   CHECK_THAT(hang["message"].get<std::string>(), Contains("timed out after 5 s in quantize"));
-  CHECK(hang["duration_s"].get<double>() < 15);
+  CHECK(hang["duration_s"].get<double>() >= 4.5);  // stopped by its 5 s limit, not before
 
   // JUnit: valid, exactly those two failures.
   const auto doc = tqtest::parse_junit(slurp(d / "junit.xml"),
@@ -192,7 +210,11 @@ TEST_CASE("batch CLI: a killed batch resumes with only the missing jobs", "[batc
   int status = 0;
   ::waitpid(pid, &status, 0);
   CHECK(WIFSIGNALED(status));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the orphaned child dies too
+  // The orphaned job dies too (its parent is gone); wait until it has, however
+  // long that takes on a loaded machine, so that it writes nothing more.
+  for (int i = 0; i < 30000 && process_mentions(out_dir); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_FALSE(process_mentions(out_dir));
 
   std::vector<std::string> ids = {"cnn-int8", "cnn-int4", "cnn-fp8", "cnn-int8-per-tensor"};
   std::map<std::string, fs::file_time_type> finished;

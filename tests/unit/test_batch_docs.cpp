@@ -6,15 +6,28 @@
 #include <cstdio>
 #include <set>
 
-#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "batch_test_util.h"
+#include "spec/node.h"
 #include "taoquant/batch.h"
 
 using Catch::Matchers::Contains;
 using tqtest::ScratchDir;
 
 namespace {
+
+using nlohmann::json;
+
+// A snippet read with tao-quant's own YAML reader.
+json load_yaml(const std::string& text) {
+  return tq::spec_detail::to_json(*tq::spec_detail::parse_yaml(text, "snippet"));
+}
+
+// A scalar as text (numbers as written).
+std::string str(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
 const std::string kDoc = tqtest::slurp(std::string(TQ_SOURCE_DIR) + "/docs/batch.md");
 
@@ -101,35 +114,35 @@ std::string batch_command(const std::string& text) {
 }  // namespace
 
 TEST_CASE("batch docs: GitHub Actions matrix recipe", "[batch][docs]") {
-  const YAML::Node y = YAML::Load(snippet("github"));
-  const YAML::Node shards = y["jobs"]["zoo"]["strategy"]["matrix"]["shard"];
-  REQUIRE(shards.IsSequence());
+  json y = load_yaml(snippet("github"));
+  const json shards = y["jobs"]["zoo"]["strategy"]["matrix"]["shard"];
+  REQUIRE(shards.is_array());
   std::string run;
   for (const auto& step : y["jobs"]["zoo"]["steps"])
-    if (step["run"] && step["run"].as<std::string>().find("tao-quant batch") != std::string::npos)
-      run = step["run"].as<std::string>();
+    if (step.contains("run") && str(step["run"]).find("tao-quant batch") != std::string::npos)
+      run = str(step["run"]);
   REQUIRE_FALSE(run.empty());
   std::vector<std::string> got;
   for (const auto& v : shards) {
     std::string cmd = run;
     const std::string expr = "${{ matrix.shard }}";
     for (size_t at; (at = cmd.find(expr)) != std::string::npos;)
-      cmd.replace(at, expr.size(), v.as<std::string>());
+      cmd.replace(at, expr.size(), str(v));
     got.push_back(shard_arg(bash_words(batch_command(cmd), "")));
   }
   check_partition(got, 4);
   std::string merge;
   for (const auto& step : y["jobs"]["merge"]["steps"])
-    if (step["run"]) merge += step["run"].as<std::string>();
+    if (step.contains("run")) merge += str(step["run"]);
   CHECK_THAT(merge, Contains("tao-quant report merge"));
-  CHECK(y["jobs"]["merge"]["needs"].as<std::string>() == "zoo");
+  CHECK(str(y["jobs"]["merge"]["needs"]) == "zoo");
 }
 
 TEST_CASE("batch docs: GitLab parallel recipe", "[batch][docs]") {
-  const YAML::Node y = YAML::Load(snippet("gitlab"));
-  const int n = y["zoo"]["parallel"].as<int>();
+  json y = load_yaml(snippet("gitlab"));
+  const int n = y["zoo"]["parallel"].get<int>();
   std::string script;
-  for (const auto& line : y["zoo"]["script"]) script += line.as<std::string>() + "\n";
+  for (const auto& line : y["zoo"]["script"]) script += str(line) + "\n";
   std::vector<std::string> got;
   for (int i = 1; i <= n; ++i)
     got.push_back(
@@ -137,7 +150,7 @@ TEST_CASE("batch docs: GitLab parallel recipe", "[batch][docs]") {
                                                         " CI_NODE_TOTAL=" + std::to_string(n))));
   check_partition(got, 4);
   std::string merge;
-  for (const auto& line : y["zoo-merge"]["script"]) merge += line.as<std::string>();
+  for (const auto& line : y["zoo-merge"]["script"]) merge += str(line);
   CHECK_THAT(merge, Contains("tao-quant report merge"));
 }
 
@@ -158,12 +171,12 @@ TEST_CASE("batch docs: Slurm array recipe", "[batch][docs]") {
 }
 
 TEST_CASE("batch docs: Kubernetes Indexed Job recipe", "[batch][docs]") {
-  const YAML::Node y = YAML::Load(snippet("kubernetes"));
-  CHECK(y["kind"].as<std::string>() == "Job");
-  CHECK(y["spec"]["completionMode"].as<std::string>() == "Indexed");
-  const int n = y["spec"]["completions"].as<int>();
-  const YAML::Node c = y["spec"]["template"]["spec"]["containers"][0];
-  const std::string cmd = c["args"][0].as<std::string>();
+  json y = load_yaml(snippet("kubernetes"));
+  CHECK(str(y["kind"]) == "Job");
+  CHECK(str(y["spec"]["completionMode"]) == "Indexed");
+  const int n = y["spec"]["completions"].get<int>();
+  const json c = y["spec"]["template"]["spec"]["containers"][0];
+  const std::string cmd = str(c["args"][0]);
   std::vector<std::string> got;
   for (int i = 0; i < n; ++i)  // 0-based completion indexes
     got.push_back(

@@ -61,10 +61,11 @@ TEST_CASE("spec error: YAML syntax", "[spec]") {
   auto f = fail_of("quantize:\n  mode: static_ptq\n  skip_names: [a, b\n");
   CHECK_AT(f, 4, 1);
   CHECK_THAT(f.msg, Contains("spec.yaml:4:") && Contains("invalid YAML") &&
-                        Contains("end of sequence flow not found"));
+                        Contains("did not find expected ',' or ']'") &&
+                        Contains("while parsing a flow sequence that starts at line 3"));
   f = fail_of("quantize:\n  mode: a\n bad: 1\n");
   CHECK_AT(f, 3, 2);
-  CHECK_THAT(f.msg, Contains("invalid YAML: end of map not found"));
+  CHECK_THAT(f.msg, Contains("invalid YAML: did not find expected key"));
 }
 
 TEST_CASE("spec error: missing or unreadable file", "[spec]") {

@@ -1,6 +1,13 @@
 #include "taoquant/error.h"
 
+#include "core/messages.h"
+
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 namespace tq {
 
@@ -20,6 +27,49 @@ static std::string located(const SourceLoc& loc, const std::string& msg) {
 
 SpecError::SpecError(const SourceLoc& loc, const std::string& msg)
     : Error(ExitCode::kUsage, located(loc, msg)), loc_(loc), bare_(msg) {}
+
+namespace {
+
+// 10000184 -> "10,000,184"
+std::string with_commas(size_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string quote_value(const std::string& text) {
+  size_t chars = 0, cut = text.size();
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) continue;  // UTF-8 continuation
+    if (chars == kQuoteMax) cut = std::min(cut, i);
+    ++chars;
+  }
+  if (chars <= kQuoteMax) return "'" + text + "'";
+  return "'" + text.substr(0, cut) + "\u2026' (" + with_commas(chars) + " characters)";
+}
+
+std::string path_problem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return "";
+  const int err = errno;
+  if (err == ENOENT || err == ENOTDIR) return "does not exist";
+  if (err == ENAMETOOLONG) {
+    size_t longest = 0, start = 0;
+    for (size_t slash; (slash = path.find('/', start)) != std::string::npos; start = slash + 1)
+      longest = std::max(longest, slash - start);
+    longest = std::max(longest, path.size() - start);
+    return "is too long for the file system (" + with_commas(path.size()) +
+           " characters, the longest name " + with_commas(longest) + "; the limits are " +
+           std::to_string(PATH_MAX - 1) + " for a path and " + std::to_string(NAME_MAX) +
+           " for a name)";
+  }
+  return std::string("cannot be reached: ") + std::strerror(err);
+}
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);

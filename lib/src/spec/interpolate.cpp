@@ -100,7 +100,8 @@ class Resolver {
           }
           ++j;
         }
-        if (depth != 0) fail(at, path, "unterminated interpolation in '" + s + "' (missing '}')");
+        if (depth != 0)
+          fail(at, path, "unterminated interpolation in " + quote_value(s) + " (missing '}')");
         if (!lit.empty()) out.push_back({false, lit});
         lit.clear();
         out.push_back({true, s.substr(i + 2, j - i - 2)});
@@ -243,7 +244,8 @@ class Resolver {
         if (!e) {
           std::vector<std::string> keys;
           for (const auto& k : cur->entries) keys.push_back(join_path(cur_path, k.key));
-          fail(at, path, what + ": key '" + next + "' not found" + did_you_mean(next, keys));
+          fail(at, path,
+               what + ": key " + quote_value(next) + " not found" + did_you_mean(next, keys));
         }
         cur_ptr = e->value;
       } else if (cur->is_list()) {

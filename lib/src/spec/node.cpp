@@ -5,8 +5,6 @@
 #include <cmath>
 #include <limits>
 
-#include <yaml-cpp/yaml.h>
-
 namespace tq::spec_detail {
 
 const Entry* Node::find(const std::string& key) const {
@@ -52,123 +50,10 @@ NodePtr deep_copy(const Node& n) {
   return out;
 }
 
-namespace {
-
-// Guards against alias bombs and self-referencing anchors.
-constexpr int kMaxDepth = 256;
-constexpr size_t kMaxNodes = 1000000;
-
-class Converter {
- public:
-  Converter(std::string file, std::optional<SourceLoc> fixed)
-      : file_(std::move(file)), fixed_(std::move(fixed)) {}
-
-  NodePtr convert(const YAML::Node& y, const std::string& path, int depth,
-                  const SourceLoc* null_loc) {
-    SourceLoc loc = loc_of(y.Mark());
-    if (++count_ > kMaxNodes || depth > kMaxDepth)
-      throw SpecError(loc,
-                      "the YAML is nested too deeply or expands to too many values (a recursive "
-                      "or repeated alias?)");
-    auto n = std::make_shared<Node>();
-    n->loc = loc;
-    switch (y.Type()) {
-      case YAML::NodeType::Scalar:
-        n->kind = Node::Kind::kScalar;
-        n->text = y.Scalar();
-        // "?" = plain; "!" = quoted; anything else is an explicit tag: a string.
-        n->quoted = y.Tag() != "?";
-        break;
-      case YAML::NodeType::Sequence:
-        n->kind = Node::Kind::kList;
-        for (size_t i = 0; i < y.size(); ++i)
-          n->items.push_back(convert(y[i], join_path(path, std::to_string(i)), depth + 1, nullptr));
-        break;
-      case YAML::NodeType::Map:
-        n->kind = Node::Kind::kMap;
-        convert_map(y, path, depth, *n);
-        break;
-      default:  // Null, Undefined
-        n->kind = Node::Kind::kNull;
-        // yaml-cpp marks an empty value at the next token; the key is better.
-        if (null_loc) n->loc = *null_loc;
-        break;
-    }
-    return n;
-  }
-
- private:
-  SourceLoc loc_of(const YAML::Mark& m) const {
-    if (fixed_) return *fixed_;
-    if (m.line < 0) return {file_, 0, 0};
-    return {file_, m.line + 1, m.column + 1};
-  }
-
-  void convert_map(const YAML::Node& y, const std::string& path, int depth, Node& out) {
-    std::vector<NodePtr> merges;  // `<<: *anchor` merge keys (YAML 1.1)
-    for (auto it = y.begin(); it != y.end(); ++it) {
-      SourceLoc key_loc = loc_of(it->first.Mark());
-      if (!it->first.IsScalar())
-        throw SpecError(key_loc, (path.empty() ? std::string("spec") : path) +
-                                     ": keys must be plain strings, found a " +
-                                     (it->first.IsNull() ? "null" : "list or map") + " key");
-      const std::string key = it->first.Scalar();
-      NodePtr value = convert(it->second, join_path(path, key), depth + 1, &key_loc);
-      if (key == "<<" && it->first.Tag() == "?") {
-        merges.push_back(value);
-        continue;
-      }
-      if (const Entry* first = out.find(key)) {
-        std::string where = first->key_loc.line > 0
-                                ? " (first set at line " + std::to_string(first->key_loc.line) + ")"
-                                : "";
-        throw SpecError(key_loc, (path.empty() ? std::string("spec") : path) + ": duplicate key '" +
-                                     key + "'" + where);
-      }
-      out.entries.push_back({key, key_loc, value});
-    }
-    // Explicit keys win over merged ones; earlier merge sources win over later.
-    for (const auto& m : merges) {
-      std::vector<NodePtr> sources = m->is_list() ? m->items : std::vector<NodePtr>{m};
-      for (const auto& src : sources) {
-        if (!src->is_map())
-          throw SpecError(src->loc, join_path(path, "<<") +
-                                        ": expected a map (or a list of maps) "
-                                        "to merge, found " +
-                                        describe(*src));
-        for (const auto& e : src->entries)
-          if (!out.find(e.key)) out.entries.push_back(e);
-      }
-    }
-  }
-
-  std::string file_;
-  std::optional<SourceLoc> fixed_;
-  size_t count_ = 0;
-};
-
-}  // namespace
-
-NodePtr parse_yaml(const std::string& text, const std::string& file,
-                   const std::optional<SourceLoc>& fixed_loc) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    SourceLoc loc = fixed_loc ? *fixed_loc : SourceLoc{file, 0, 0};
-    if (!fixed_loc && e.mark.line >= 0) {
-      loc.line = e.mark.line + 1;
-      loc.column = e.mark.column + 1;
-    }
-    throw SpecError(loc, "invalid YAML: " + e.msg);
-  }
-  return Converter(file, fixed_loc).convert(root, "", 0, nullptr);
-}
-
 std::string describe(const Node& n) {
   switch (n.kind) {
     case Node::Kind::kScalar:
-      return "'" + n.text + "'";
+      return quote_value(n.text);
     case Node::Kind::kList:
       return "a list";
     case Node::Kind::kMap:

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/messages.h"
 #include "taoquant/error.h"
 
 namespace tq::spec_detail {
@@ -53,9 +54,12 @@ NodePtr make_plain(const std::string& text, const SourceLoc& loc);
 NodePtr make_string(const std::string& text, const SourceLoc& loc);
 NodePtr deep_copy(const Node& n);
 
-// Parses YAML text. Syntax errors become SpecError at the error's position.
-// With `fixed_loc`, every node gets that location instead of its YAML mark
-// (used for command-line overrides).
+// Lists and maps nest at most this deep (deeper: "nesting deeper than N").
+inline constexpr int kMaxYamlDepth = 256;
+
+// Parses YAML text (one document, PyYAML's safe grammar; yaml_reader.cpp). Syntax errors become
+// SpecError at the error's position. With `fixed_loc`, every node gets that location instead of its
+// YAML mark (used for command-line overrides).
 NodePtr parse_yaml(const std::string& text, const std::string& file,
                    const std::optional<SourceLoc>& fixed_loc = std::nullopt);
 

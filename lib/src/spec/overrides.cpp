@@ -14,7 +14,8 @@ NodePtr parse_value(const std::string& key, const std::string& raw, const Source
   try {
     return parse_yaml(v, loc.file, loc);
   } catch (const SpecError& e) {
-    throw SpecError(loc, key + ": cannot parse the value '" + v + "': " + e.bare_message() +
+    throw SpecError(loc, key + ": cannot parse the value " + quote_value(v) + ": " +
+                             e.bare_message() +
                              " (quote items that start with '*', '&', '!' or contain ': ')");
   }
 }

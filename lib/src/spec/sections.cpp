@@ -128,7 +128,7 @@ auto to_enum(const EnumTable<E>& table) {
     std::vector<std::string> spellings = table.names();
     for (const auto& alias : table.aliases) spellings.emplace_back(alias.first);
     fail(n, path,
-         "'" + s + "' is not a valid " + what + " (expected one of: " + table.joined() + ")" +
+         quote_value(s) + " is not a valid " + what + " (expected one of: " + table.joined() + ")" +
              suggest(s, spellings));
   };
 }
@@ -157,7 +157,7 @@ std::string to_device(const Node& n, const std::string& path) {
       std::all_of(s.begin() + 5, s.end(), [](char c) { return std::isdigit(c); }))
     return s;
   fail(n, path,
-       "'" + s + "' is not a valid device (expected cpu, cuda or cuda:N, e.g. cuda:0)" +
+       quote_value(s) + " is not a valid device (expected cpu, cuda or cuda:N, e.g. cuda:0)" +
            suggest(s, {"cpu", "cuda"}));
 }
 
@@ -165,7 +165,7 @@ std::string to_color(const Node& n, const std::string& path) {
   const std::string s = to_str(n, path);
   if (!contains(kColors, s))
     fail(n, path,
-         "'" + s + "' is not a valid color (expected one of: " + join_names(kColors) + ")" +
+         quote_value(s) + " is not a valid color (expected one of: " + join_names(kColors) + ")" +
              suggest(s, kColors));
   return s;
 }
@@ -187,7 +187,8 @@ class Section {
                       at(e.key));
         continue;
       }
-      throw SpecError(e.key_loc, path_ + ": unknown key '" + e.key + "'" + suggest(e.key, allowed) +
+      throw SpecError(e.key_loc, path_ + ": unknown key " + quote_value(e.key) +
+                                     suggest(e.key, allowed) +
                                      "; allowed keys: " + join_names(allowed));
     }
   }
@@ -333,7 +334,7 @@ void read_dataset(const Section& s, DatasetSpec& d) {
     if (contains(kDataSources, e.key)) continue;
     std::string hint = did_you_mean(e.key, kDataSources);  // only real typos are errors
     if (!hint.empty() && !contains(kTaoDatasetKeys, e.key))
-      throw SpecError(e.key_loc, "dataset: unknown key '" + e.key + "'" + hint +
+      throw SpecError(e.key_loc, "dataset: unknown key " + quote_value(e.key) + hint +
                                      "; tao-quant reads " + join_names(kDataSources));
     spdlog::debug("{}: dataset.{} ignored (tao-quant reads {})", e.key_loc.str(), e.key,
                   join_names(kDataSources));
@@ -396,7 +397,7 @@ void read_sections(const Node& root, const std::set<std::string>& referenced, Sp
     }
     std::string hint = did_you_mean(e.key, kTopKeys);  // only real typos are errors
     if (!hint.empty())
-      throw SpecError(e.key_loc, "unknown top-level key '" + e.key + "'" + hint +
+      throw SpecError(e.key_loc, "unknown top-level key " + quote_value(e.key) + hint +
                                      "; tao-quant reads " + join_names(kTopKeys));
     spdlog::warn("{}: unknown top-level key '{}' ignored (tao-quant reads {})", e.key_loc.str(),
                  e.key, join_names(kTopKeys));

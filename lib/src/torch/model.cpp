@@ -11,6 +11,7 @@
 
 #include <torch/script.h>
 
+#include "core/messages.h"
 #include "taoquant/jit.h"
 
 namespace tq {
@@ -49,8 +50,9 @@ torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bo
   std::string origin = from.file.empty() ? "" : " (from " + from.str() + ")";
   std::error_code ec;
   if (path.empty()) throw RuntimeError("no model path given" + origin);
-  if (!fs::exists(path, ec))
-    throw RuntimeError("model file '" + path + "' does not exist" + origin);
+  const std::string problem = path_problem(path);
+  if (!problem.empty())
+    throw RuntimeError("model file " + quote_value(path) + " " + problem + origin);
   if (fs::is_directory(path, ec))
     throw RuntimeError("model path '" + path + "' is a directory, expected a TorchScript file" +
                        origin);

@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/messages.h"
 #include "spec/passes.h"
 #include "taoquant/batch.h"
 
@@ -190,9 +191,10 @@ void require_file(const std::string& path, const std::string& written, const std
                   const Node& n, const std::string& key) {
   std::error_code ec;
   const std::string rel = dir.empty() ? "" : " (relative to the manifest's directory " + dir + ")";
-  if (!fs::exists(path, ec)) fail(n.loc, key, "'" + written + "' does not exist" + rel);
+  const std::string problem = path_problem(path);
+  if (!problem.empty()) fail(n.loc, key, quote_value(written) + " " + problem + rel);
   if (fs::is_directory(path, ec))
-    fail(n.loc, key, "'" + written + "' is a directory, expected a spec file" + rel);
+    fail(n.loc, key, quote_value(written) + " is a directory, expected a spec file" + rel);
 }
 
 // "a{b,c{d,e}}f" -> {"abf", "acdf", "acef"}; text without a complete brace
@@ -253,7 +255,8 @@ std::vector<std::string> expand_models(const Node& n, const std::string& path,
         fail(at.loc, path, "cannot expand '" + one + "': " + std::strerror(errno));
       if (found.empty())
         fail(at.loc, path,
-             "'" + one + "'" + (one == written[i] ? "" : " (from '" + written[i] + "')") +
+             quote_value(one) +
+                 (one == written[i] ? "" : " (from " + quote_value(written[i]) + ")") +
                  " matches no model file" + rel +
                  "; build the models first (e.g. scripts/zoo/build.sh)");
       out.insert(out.end(), found.begin(), found.end());

@@ -8,41 +8,12 @@
 
 #include <torch/script.h>
 
+#include "core/messages.h"
 #include "data_impl.h"
 
 namespace tq::data {
 
 namespace fs = std::filesystem;
-
-const char* elem_name(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat32:
-      return "float32";
-    case ElemType::kFloat64:
-      return "float64";
-    case ElemType::kUInt8:
-      return "uint8";
-    case ElemType::kInt32:
-      return "int32";
-    case ElemType::kInt64:
-      return "int64";
-  }
-  return "?";
-}
-
-size_t elem_size(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat32:
-    case ElemType::kInt32:
-      return 4;
-    case ElemType::kFloat64:
-    case ElemType::kInt64:
-      return 8;
-    case ElemType::kUInt8:
-      return 1;
-  }
-  return 1;
-}
 
 at::ScalarType scalar_type(ElemType t) {
   switch (t) {
@@ -64,136 +35,7 @@ namespace {
 
 constexpr const char* kSupported = "float32, float64, uint8, int32, int64";
 
-// numpy's name for a descr like '<f2' ("float16"), for messages.
-std::string numpy_name(const std::string& descr) {
-  if (descr.size() < 2) return descr;
-  char kind = descr[1];
-  std::string size = descr.substr(2);
-  int n = std::atoi(size.c_str());
-  switch (kind) {
-    case 'f':
-      return "float" + std::to_string(n * 8);
-    case 'i':
-      return "int" + std::to_string(n * 8);
-    case 'u':
-      return "uint" + std::to_string(n * 8);
-    case 'c':
-      return "complex" + std::to_string(n * 8);
-    case 'b':
-      return "bool";
-    case 'O':
-      return "object";
-    case 'U':
-      return "str";
-    case 'S':
-      return "bytes";
-    case 'M':
-      return "datetime64";
-    case 'm':
-      return "timedelta64";
-    default:
-      return descr;
-  }
-}
-
-// The value after 'name': in a header dict, or "" when absent.
-std::string dict_value(const std::string& h, const std::string& name) {
-  for (const char* q : {"'", "\""}) {
-    auto p = h.find(q + name + q);
-    if (p == std::string::npos) continue;
-    p = h.find(':', p);
-    if (p == std::string::npos) return "";
-    ++p;
-    while (p < h.size() && h[p] == ' ') ++p;
-    return h.substr(p);
-  }
-  return "";
-}
-
 }  // namespace
-
-NpyHeader read_npy_header(const std::function<size_t(char*, size_t)>& read,
-                          const std::string& where) {
-  char pre[10];
-  if (read(pre, 8) != 8 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
-    throw RuntimeError(where +
-                       ": not an NPY array (bad magic; expected a file written by numpy.save)");
-  const int major = static_cast<unsigned char>(pre[6]);
-  size_t len_bytes = major == 1 ? 2 : 4;
-  if (major < 1 || major > 3)
-    throw RuntimeError(where + ": unsupported NPY format version " + std::to_string(major));
-  unsigned char lb[4] = {0, 0, 0, 0};
-  if (read(reinterpret_cast<char*>(lb), len_bytes) != len_bytes)
-    throw RuntimeError(where + ": truncated NPY header");
-  size_t hlen = lb[0] | (lb[1] << 8) | (static_cast<size_t>(lb[2]) << 16) |
-                (static_cast<size_t>(lb[3]) << 24);
-  if (hlen > (1u << 20))
-    throw RuntimeError(where + ": NPY header too large (" + std::to_string(hlen) + " bytes)");
-  std::string h(hlen, '\0');
-  if (read(h.data(), hlen) != hlen) throw RuntimeError(where + ": truncated NPY header");
-
-  NpyHeader out;
-  out.data_offset = 8 + len_bytes + hlen;
-
-  std::string d = dict_value(h, "descr");
-  if (d.empty()) throw RuntimeError(where + ": NPY header has no 'descr'");
-  if (d[0] == '[')
-    throw RuntimeError(
-        where + ": structured (record) arrays are not supported; supported dtypes: " + kSupported);
-  char quote = d[0];
-  auto end = d.find(quote, 1);
-  if ((quote != '\'' && quote != '"') || end == std::string::npos)
-    throw RuntimeError(where + ": bad NPY descr in header");
-  std::string descr = d.substr(1, end - 1);
-  if (descr.size() < 3) throw RuntimeError(where + ": bad NPY descr '" + descr + "'");
-  char order = descr[0];
-  std::string code = descr.substr(1);
-  bool one_byte = code == "u1" || code == "i1" || code == "b1";
-  if (order == '>' && !one_byte)
-    throw RuntimeError(
-        where + ": big-endian dtype '" + descr + "' (" + numpy_name(descr) +
-        ") is not supported; save little-endian data (x.astype(x.dtype.newbyteorder('<')))");
-  if (code == "f4")
-    out.type = ElemType::kFloat32;
-  else if (code == "f8")
-    out.type = ElemType::kFloat64;
-  else if (code == "u1")
-    out.type = ElemType::kUInt8;
-  else if (code == "i4")
-    out.type = ElemType::kInt32;
-  else if (code == "i8")
-    out.type = ElemType::kInt64;
-  else
-    throw RuntimeError(where + ": unsupported dtype " + numpy_name(descr) + " ('" + descr +
-                       "'); supported: " + kSupported + " (convert with .astype(numpy.float32))");
-
-  std::string fo = dict_value(h, "fortran_order");
-  if (fo.rfind("True", 0) == 0)
-    throw RuntimeError(
-        where +
-        ": the array is stored in Fortran order; save a C-order array (numpy.ascontiguousarray)");
-
-  std::string sh = dict_value(h, "shape");
-  if (sh.empty() || sh[0] != '(') throw RuntimeError(where + ": NPY header has no shape");
-  auto close = sh.find(')');
-  if (close == std::string::npos) throw RuntimeError(where + ": bad NPY shape");
-  std::string dims = sh.substr(1, close - 1);
-  size_t p = 0;
-  while (p < dims.size()) {
-    while (p < dims.size() && (dims[p] == ' ' || dims[p] == ',')) ++p;
-    if (p >= dims.size()) break;
-    char* e = nullptr;
-    long long v = std::strtoll(dims.c_str() + p, &e, 10);
-    if (e == dims.c_str() + p || v < 0)
-      throw RuntimeError(where + ": bad NPY shape '(" + dims + ")'");
-    out.shape.push_back(v);
-    p = static_cast<size_t>(e - dims.c_str());
-  }
-  if (out.shape.empty())
-    throw RuntimeError(where +
-                       ": is a scalar; expected an array with one row per sample ([N, ...])");
-  return out;
-}
 
 size_t ArraySource::row_bytes() const {
   size_t n = elem_size(type_);
@@ -273,12 +115,9 @@ class NpyFileSource : public ArraySource {
     shape_ = hdr.shape;
     offset_ = hdr.data_offset;
     std::error_code ec;
-    auto size = fs::file_size(path, ec);
-    size_t need = offset_ + row_bytes() * static_cast<size_t>(rows());
-    if (!ec && size < need)
-      throw RuntimeError(path + ": truncated: the header says " + shape_str(shape_) + " " +
-                         elem_name(type_) + " (" + std::to_string(need) +
-                         " bytes) but the file has " + std::to_string(size));
+    const auto size = fs::file_size(path, ec);
+    if (ec) throw RuntimeError(path + ": cannot read the file size: " + ec.message());
+    check_npy_size(hdr, size, path);
   }
   ~NpyFileSource() override {
     if (f_) std::fclose(f_);
@@ -315,8 +154,9 @@ std::unique_ptr<ArraySource> npy_file_source(const std::string& path) {
 void require_path(const Spec& spec, const std::string& key, const std::string& path, bool dir) {
   std::error_code ec;
   std::string from = " (" + key + " at " + spec.loc(key).str() + ")";
-  if (!fs::exists(path, ec))
-    throw RuntimeError((dir ? "folder '" : "data file '") + path + "' does not exist" + from);
+  const std::string problem = path_problem(path);
+  if (!problem.empty())
+    throw RuntimeError((dir ? "folder " : "data file ") + quote_value(path) + " " + problem + from);
   if (dir && !fs::is_directory(path, ec))
     throw RuntimeError("'" + path + "' is not a folder" + from);
   if (!dir && fs::is_directory(path, ec))

@@ -11,30 +11,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "core/npy.h"
 #include "taoquant/data.h"
 #include "taoquant/spec.h"
 
 namespace tq::data {
 
-// Element types a data file may hold (little-endian, C order).
-enum class ElemType { kFloat32, kFloat64, kUInt8, kInt32, kInt64 };
-const char* elem_name(ElemType t);  // "float32", ...
-size_t elem_size(ElemType t);
 at::ScalarType scalar_type(ElemType t);
-
-// A parsed NPY header.
-struct NpyHeader {
-  ElemType type = ElemType::kFloat32;
-  std::vector<int64_t> shape;
-  size_t data_offset = 0;  // bytes from the start of the .npy to the data
-};
-
-// Parses the header at the start of an .npy stream. `read` returns up to n
-// bytes (fewer only at the end). `where` names the array in messages
-// ("calib.npz: x"). Throws RuntimeError on a bad magic, a big-endian,
-// Fortran-order or unsupported dtype.
-NpyHeader read_npy_header(const std::function<size_t(char*, size_t)>& read,
-                          const std::string& where);
 
 // One array, read by rows (the first dimension is the sample axis).
 class ArraySource {

@@ -43,11 +43,7 @@ class NpzMemberSource : public ArraySource {
     shape_ = hdr.shape;
     offset_ = hdr.data_offset;
     pos_ = 0;
-    const uint64_t need = offset_ + row_bytes() * static_cast<uint64_t>(rows());
-    if (member_size_ < need)
-      throw RuntimeError(where_ + ": truncated: the header says " + shape_str(shape_) + " " +
-                         elem_name(type_) + " (" + std::to_string(need) +
-                         " bytes) but the member has " + std::to_string(member_size_));
+    check_npy_size(hdr, member_size_, where_);
   }
   ~NpzMemberSource() override { close_file(); }
 

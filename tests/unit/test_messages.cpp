@@ -1,0 +1,71 @@
+// How messages show what the user wrote: long values are cut (one helper,
+// tq::quoted), and a path too long for the OS is reported as such.
+#include <catch2/catch.hpp>
+
+#include "core/messages.h"
+#include "taoquant/batch.h"
+#include "taoquant/spec.h"
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::EndsWith;
+
+namespace {
+
+std::string spec_error(const std::string& text) {
+  try {
+    tq::parse_spec_text(text, "spec.yaml", {});
+  } catch (const tq::SpecError& e) {
+    return e.what();
+  }
+  return "<accepted>";
+}
+
+}  // namespace
+
+TEST_CASE("messages: quoted values are cut after 200 characters", "[spec][messages]") {
+  CHECK(tq::quote_value("abc") == "'abc'");
+  CHECK(tq::quote_value("") == "''");
+  const std::string a200(200, 'a');
+  CHECK(tq::quote_value(a200) == "'" + a200 + "'");
+  CHECK(tq::quote_value(a200 + "b") == "'" + a200 + "\u2026' (201 characters)");
+  CHECK(tq::quote_value(std::string(10000184, 'a')) ==
+        "'" + a200 + "\u2026' (10,000,184 characters)");
+  // Characters, not bytes: a multi-byte character is never split.
+  std::string e;
+  for (int i = 0; i < 300; ++i) e += "\u00e9";
+  CHECK(tq::quote_value(e) == "'" + e.substr(0, 400) + "\u2026' (300 characters)");
+}
+
+TEST_CASE("messages: a huge value in a spec gives a short message", "[spec][messages]") {
+  const std::string huge(10000000, 'x');
+  std::string msg = spec_error("quantize:\n  mode: " + huge + "\n");
+  CHECK(msg.size() < 1000);
+  CHECK_THAT(msg, Contains("spec.yaml:2:9: quantize.mode: 'xxxx") &&
+                      Contains("\u2026' (10,000,000 characters) is not a valid mode"));
+  msg = spec_error("quantize:\n  ? " + huge + "\n  : 1\n");  // a key over 1024: explicit
+  CHECK(msg.size() < 1000);
+  CHECK_THAT(msg, Contains("unknown key 'xxx") && Contains("(10,000,000 characters)"));
+  msg = spec_error("quantize:\n  mode: \"${" + huge + "\"\n");
+  CHECK(msg.size() < 1000);
+  CHECK_THAT(
+      msg, Contains("unterminated interpolation in '${xxx") && Contains("(10,000,002 characters)"));
+}
+
+TEST_CASE("messages: a path too long for the OS is not 'does not exist'", "[spec][messages]") {
+  const std::string long_name(300, 'n');  // NAME_MAX is 255
+  const std::string long_path = "/tmp/" + std::string(5000, 'p');
+  CHECK(tq::path_problem("/") == "");
+  CHECK(tq::path_problem("/nonexistent-tq/x") == "does not exist");
+  CHECK_THAT(tq::path_problem("/tmp/" + long_name),
+             Contains("is too long for the file system (305 characters, the longest name 300"));
+  CHECK_THAT(tq::path_problem(long_path + "/x"), Contains("is too long for the file system"));
+  try {
+    tq::parse_manifest_text("jobs:\n  - spec: " + long_name + ".yaml\n", "m.yaml", "/tmp");
+    FAIL("accepted");
+  } catch (const tq::SpecError& e) {
+    CHECK(e.code() == tq::ExitCode::kUsage);
+    CHECK(e.loc().line == 2);
+    CHECK_THAT(std::string(e.what()),
+               Contains("is too long for the file system") && !Contains("does not exist"));
+  }
+}
