@@ -58,8 +58,8 @@ inline BrowserRun browse(const std::string& html, const std::string& scratch,
       chromium_path() + " --headless --no-sandbox --disable-gpu --no-first-run " +
       "--disable-extensions --disable-background-networking --disable-component-update " +
       "--disable-sync --no-default-browser-check --user-data-dir='" + scratch + "/profile' " +
-      "--proxy-server=127.0.0.1:9 --host-resolver-rules='MAP * ~NOTFOUND' " +
-      "--log-net-log='" + netlog + "' " + extra + " 'file://" + html + "' 2>/dev/null";
+      "--proxy-server=127.0.0.1:9 --host-resolver-rules='MAP * ~NOTFOUND' " + "--log-net-log='" +
+      netlog + "' " + extra + " 'file://" + html + "' 2>/dev/null";
   BrowserRun r;
   r.dom = shell_output(cmd);
   const std::string log = read_text(netlog);
@@ -84,8 +84,9 @@ inline void screenshot(const std::string& html, const std::string& png, int widt
 
 // src=, href= or url( that point off the file (http:, https:, //host).
 inline size_t external_references(const std::string& html) {
-  static const std::regex ext(R"((src|href)\s*=\s*["']?\s*(https?:|//)|url\(\s*["']?(https?:|//)|@import)",
-                              std::regex::icase);
+  static const std::regex ext(
+      R"((src|href)\s*=\s*["']?\s*(https?:|//)|url\(\s*["']?(https?:|//)|@import)",
+      std::regex::icase);
   return static_cast<size_t>(
       std::distance(std::sregex_iterator(html.begin(), html.end(), ext), std::sregex_iterator()));
 }

@@ -15,16 +15,27 @@ namespace {
 namespace fs = std::filesystem;
 
 json layer(const std::string& name, json sqnr, bool kept, const std::string& reason) {
-  json l{{"name", name},        {"class", "Conv2d"},     {"shape", {8, 1, 3, 3}},
+  json l{{"name", name},
+         {"class", "Conv2d"},
+         {"shape", {8, 1, 3, 3}},
          {"weight_format", kept ? "" : "int8/per_channel"},
          {"activation_format", kept ? "float" : "uint8/per_tensor"},
-         {"weight_sqnr_db", sqnr}, {"bytes_before", 288}, {"bytes_after", kept ? 288 : 104},
-         {"kept_float", kept},    {"reason", reason},    {"decided_by", "default_layer_dtype"}};
+         {"weight_sqnr_db", sqnr},
+         {"bytes_before", 288},
+         {"bytes_after", kept ? 288 : 104},
+         {"kept_float", kept},
+         {"reason", reason},
+         {"decided_by", "default_layer_dtype"}};
   if (!kept)
-    l["activation"] = {{"observer", "minmax"}, {"min", -1.5},     {"max", 3.0},
-                       {"clip_min", -1.0},     {"clip_max", 2.5}, {"scale", 0.0137},
-                       {"zero_point", 73},
-                       {"histogram", {{"min", -1.5}, {"max", 3.0}, {"counts", {1, 0, 5, 40, 9, 2, 1, 1}}}}};
+    l["activation"] = {
+        {"observer", "minmax"},
+        {"min", -1.5},
+        {"max", 3.0},
+        {"clip_min", -1.0},
+        {"clip_max", 2.5},
+        {"scale", 0.0137},
+        {"zero_point", 73},
+        {"histogram", {{"min", -1.5}, {"max", 3.0}, {"counts", {1, 0, 5, 40, 9, 2, 1, 1}}}}};
   return l;
 }
 
@@ -33,17 +44,25 @@ json quantize_report() {
           {"command", "quantize"},
           {"tool", {{"name", "tao-quant"}, {"version", "0.1.0"}, {"libtorch", "1.13.0"}}},
           {"spec_file", "specs/demo/x.yaml"},
-          {"backend", {{"requested", "torchao"}, {"resolved", "libtorch"}, {"meta", {{"steps", {{{"step", "fold BN"}, {"seconds", 0.25}}}}}}}},
+          {"backend",
+           {{"requested", "torchao"},
+            {"resolved", "libtorch"},
+            {"meta", {{"steps", {{{"step", "fold BN"}, {"seconds", 0.25}}}}}}}},
           {"mode", "static_ptq"},
           {"model", {{"path", "models/fmnist/cnn.pt"}, {"bytes", 3355443}}},
           {"artifact", {{"path", "runs/x/quantized_model_torchao.pth"}, {"bytes", 868352}}},
-          {"layers", {layer("features.conv1", 41.234, false, ""),
-                      layer("features.conv2", nullptr, false, ""),
-                      layer("classifier.fc", 12.0, true, "slower than float at batch 1")}},
-          {"totals", {{"layers", 3}, {"quantized_layers", 2}, {"weight_bytes_before", 864},
-                      {"weight_bytes_after", 496}, {"weight_ratio", 0.574},
-                      {"file_bytes_before", 3355443}, {"file_bytes_after", 868352},
-                      {"file_ratio", 0.2588}}},
+          {"layers",
+           {layer("features.conv1", 41.234, false, ""), layer("features.conv2", nullptr, false, ""),
+            layer("classifier.fc", 12.0, true, "slower than float at batch 1")}},
+          {"totals",
+           {{"layers", 3},
+            {"quantized_layers", 2},
+            {"weight_bytes_before", 864},
+            {"weight_bytes_after", 496},
+            {"weight_ratio", 0.574},
+            {"file_bytes_before", 3355443},
+            {"file_bytes_after", 868352},
+            {"file_ratio", 0.2588}}},
           {"timings", {{"load_s", 0.1}, {"calibrate_s", 1.25}, {"total_s", 2.5}}},
           {"notes", {"activations: int8 requested, the engine runs uint8"}},
           {"warnings", {"layer <b>fc</b> & co kept float"}}};
@@ -51,19 +70,36 @@ json quantize_report() {
 
 json evaluate_report() {
   auto model = [](double top1, double ms1, double ms32, int64_t size) {
-    return json{{"path", "m.pt"}, {"size_bytes", size}, {"qengine", "onednn"}, {"top1", top1},
-                {"top5", 99.5},   {"latency_ms", {{"1", {{"median", ms1}}}, {"32", {{"median", ms32}}}}}};
+    return json{{"path", "m.pt"},
+                {"size_bytes", size},
+                {"qengine", "onednn"},
+                {"top1", top1},
+                {"top5", 99.5},
+                {"latency_ms", {{"1", {{"median", ms1}}}, {"32", {{"median", ms32}}}}}};
   };
   return {{"schema_version", 1},
           {"tool", {{"version", "0.1.0"}}},
           {"spec", "specs/demo/x.yaml"},
           {"data", {{"source", "models/fmnist/test.npz"}, {"num_samples", 10000}}},
-          {"metrics", {{"top1_drop", 0.31}, {"size_ratio", 0.26}, {"cosine", 0.9991},
-                       {"speedup", {{"1", 1.52}, {"32", 2.1}}}}},
+          {"metrics",
+           {{"top1_drop", 0.31},
+            {"size_ratio", 0.26},
+            {"cosine", 0.9991},
+            {"speedup", {{"1", 1.52}, {"32", 2.1}}}}},
           {"threads", 2},
-          {"gates", {{"passed", false},
-                     {"results", {{{"name", "max_top1_drop"}, {"op", "<="}, {"limit", 1.0}, {"value", 0.31}, {"passed", true}},
-                                  {{"name", "min_speedup (batch 1)"}, {"op", ">="}, {"limit", 2.0}, {"value", 1.52}, {"passed", false}}}}}},
+          {"gates",
+           {{"passed", false},
+            {"results",
+             {{{"name", "max_top1_drop"},
+               {"op", "<="},
+               {"limit", 1.0},
+               {"value", 0.31},
+               {"passed", true}},
+              {{"name", "min_speedup (batch 1)"},
+               {"op", ">="},
+               {"limit", 2.0},
+               {"value", 1.52},
+               {"passed", false}}}}}},
           {"notes", json::array()},
           {"float", model(91.62, 0.52, 9.8, 3355443)},
           {"quantized", model(91.31, 0.34, 4.6, 868352)}};
@@ -71,20 +107,37 @@ json evaluate_report() {
 
 json batch_summary() {
   auto job = [](int i, const std::string& id, const std::string& status, json drop, json speed) {
-    return json{{"id", id},        {"index", i},       {"spec", "s.yaml"}, {"model", "models/" + id + ".pt"},
-                {"backend", "libtorch"}, {"mode", "static_ptq"}, {"status", status},
-                {"stage", "evaluate"}, {"duration_s", 12.5}, {"size_ratio", 0.26},
-                {"fp32_top1", 91.6}, {"quant_top1", 91.3}, {"top1_drop", drop}, {"speedup", speed},
+    return json{{"id", id},
+                {"index", i},
+                {"spec", "s.yaml"},
+                {"model", "models/" + id + ".pt"},
+                {"backend", "libtorch"},
+                {"mode", "static_ptq"},
+                {"status", status},
+                {"stage", "evaluate"},
+                {"duration_s", 12.5},
+                {"size_ratio", 0.26},
+                {"fp32_top1", 91.6},
+                {"quant_top1", 91.3},
+                {"top1_drop", drop},
+                {"speedup", speed},
                 {"message", ""}};
   };
   return {{"schema_version", 1},
           {"command", "batch"},
           {"manifest", {{"path", "specs/zoo/manifest.yaml"}, {"name", "zoo"}, {"jobs", 3}}},
           {"shard", {{"index", 1}, {"count", 1}}},
-          {"totals", {{"jobs", 3}, {"passed", 2}, {"failed", 1}, {"gate_failures", 0}, {"skipped", 0}, {"resumed", 0}}},
+          {"totals",
+           {{"jobs", 3},
+            {"passed", 2},
+            {"failed", 1},
+            {"gate_failures", 0},
+            {"skipped", 0},
+            {"resumed", 0}}},
           {"wall_s", 40.2},
-          {"jobs", {job(1, "cnn_int8", "passed", 0.3, 2.1), job(2, "resnet18_int8", "passed", 0.8, 1.7),
-                    job(3, "vit_int8", "failed", nullptr, nullptr)}}};
+          {"jobs",
+           {job(1, "cnn_int8", "passed", 0.3, 2.1), job(2, "resnet18_int8", "passed", 0.8, 1.7),
+            job(3, "vit_int8", "failed", nullptr, nullptr)}}};
 }
 
 }  // namespace
@@ -152,8 +205,8 @@ TEST_CASE("html batch summary links the job reports that exist", "[html]") {
   fs::remove_all(dir);
   fs::create_directories(dir / "cnn_int8");
   std::ofstream(dir / "cnn_int8" / "quantize_report.html") << "<html></html>";
-  const std::string path =
-      tq::write_html_report(tq::HtmlReport::kBatch, batch_summary(), (dir / "batch_summary.json").string());
+  const std::string path = tq::write_html_report(tq::HtmlReport::kBatch, batch_summary(),
+                                                 (dir / "batch_summary.json").string());
   CHECK(path == (dir / "batch_summary.html").string());
   const std::string html = tqtest::read_text(path);
   CHECK(tqtest::count(html, "<a href=") == 1);

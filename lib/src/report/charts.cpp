@@ -42,15 +42,20 @@ std::vector<double> nice_domain(double& lo, double& hi, int target) {
 json axis_ticks_x(const std::vector<double>& ticks, const Scale& sx, double y0, double y1) {
   json out = json::array();
   for (double t : ticks)
-    out.push_back({{"x", sx(t)}, {"y1", y0}, {"y2", y1}, {"ty", y1 + 12}, {"label", short_number(t)}});
+    out.push_back(
+        {{"x", sx(t)}, {"y1", y0}, {"y2", y1}, {"ty", y1 + 12}, {"label", short_number(t)}});
   return out;
 }
 
 json axis_ticks_y(const std::vector<double>& ticks, const Scale& sy, double x0, double x1) {
   json out = json::array();
   for (double t : ticks)
-    out.push_back(
-        {{"y", sy(t)}, {"x1", x0}, {"x2", x1}, {"tx", x0 - 4}, {"ty", sy(t) + 4}, {"label", short_number(t)}});
+    out.push_back({{"y", sy(t)},
+                   {"x1", x0},
+                   {"x2", x1},
+                   {"tx", x0 - 4},
+                   {"ty", sy(t) + 4},
+                   {"label", short_number(t)}});
   return out;
 }
 
@@ -117,8 +122,9 @@ json horizontal_bars(const std::vector<BarRow>& rows, const std::string& unit) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     const double y = top + row_h * double(i);
-    json row{{"label", clip_label(r.label, 36)}, {"title", r.label}, {"lx", left - 6},
-             {"ly", y + 13}, {"css", r.css.empty() ? "q" : r.css}, {"note", r.note}};
+    json row{
+        {"label", clip_label(r.label, 36)},   {"title", r.label}, {"lx", left - 6}, {"ly", y + 13},
+        {"css", r.css.empty() ? "q" : r.css}, {"note", r.note}};
     const double x0 = sx(std::max(lo, 0.0));
     const double x1 = r.value ? sx(*r.value) : sx(hi);
     row["x"] = std::min(x0, x1);
@@ -162,11 +168,20 @@ json histogram(const std::vector<double>& counts, double lo, double hi, double c
   const double zx = sx(0.0);
   if (lo < 0 && hi > 0 && zx - pad > 40 && w - pad - zx > 40)
     ticks.push_back({{"x", zx}, {"anchor", "middle"}, {"label", "0"}});
-  return {{"width", w},   {"height", h},       {"bars", bars},
-          {"base", pad + plot_h}, {"ty", h - 4}, {"ticks", ticks},
-          {"clip_lo", cl}, {"clip_hi", ch},    {"left", pad},
-          {"right", w - pad}, {"top", pad},    {"clip_w_lo", round1(cl - pad)},
-          {"clip_w_hi", round1(w - pad - ch)}, {"plot_h", plot_h}};
+  return {{"width", w},
+          {"height", h},
+          {"bars", bars},
+          {"base", pad + plot_h},
+          {"ty", h - 4},
+          {"ticks", ticks},
+          {"clip_lo", cl},
+          {"clip_hi", ch},
+          {"left", pad},
+          {"right", w - pad},
+          {"top", pad},
+          {"clip_w_lo", round1(cl - pad)},
+          {"clip_w_hi", round1(w - pad - ch)},
+          {"plot_h", plot_h}};
 }
 
 json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::string>& series,
@@ -189,26 +204,31 @@ json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::st
       const auto& v = groups[g].values[s];
       if (!v) continue;
       const double y = sy(*v);
-      bars.push_back({{"x", gx + bar_w * double(s)}, {"y", y}, {"w", bar_w - 4},
-                      {"h", round1(top + plot_h - y)}, {"css", "s" + std::to_string(s)},
-                      {"tx", gx + bar_w * double(s) + (bar_w - 4) / 2}, {"ty", y - 3},
-                      {"label", short_number(*v)}, {"title", series[s] + ": " + short_number(*v) + " " + unit}});
+      bars.push_back({{"x", gx + bar_w * double(s)},
+                      {"y", y},
+                      {"w", bar_w - 4},
+                      {"h", round1(top + plot_h - y)},
+                      {"css", "s" + std::to_string(s)},
+                      {"tx", gx + bar_w * double(s) + (bar_w - 4) / 2},
+                      {"ty", y - 3},
+                      {"label", short_number(*v)},
+                      {"title", series[s] + ": " + short_number(*v) + " " + unit}});
     }
-    out.push_back({{"bars", bars}, {"label", groups[g].label},
-                   {"lx", gx + bar_w * double(series.size()) / 2}, {"ly", top + plot_h + 16}});
+    out.push_back({{"bars", bars},
+                   {"label", groups[g].label},
+                   {"lx", gx + bar_w * double(series.size()) / 2},
+                   {"ly", top + plot_h + 16}});
   }
   json legend = json::array();
   for (size_t s = 0; s < series.size(); ++s)
-    legend.push_back({{"label", series[s]}, {"css", "s" + std::to_string(s)},
-                      {"x", left + 120.0 * double(s)}, {"tx", left + 120.0 * double(s) + 14}});
-  return {{"width", width},
-          {"height", top + plot_h + 40},
-          {"groups", out},
-          {"ticks", axis_ticks_y(ticks, sy, left, width - 16)},
-          {"legend", legend},
-          {"unit", unit},
-          {"base", top + plot_h},
-          {"left", left},
+    legend.push_back({{"label", series[s]},
+                      {"css", "s" + std::to_string(s)},
+                      {"x", left + 120.0 * double(s)},
+                      {"tx", left + 120.0 * double(s) + 14}});
+  return {{"width", width},       {"height", top + plot_h + 40},
+          {"groups", out},        {"ticks", axis_ticks_y(ticks, sy, left, width - 16)},
+          {"legend", legend},     {"unit", unit},
+          {"base", top + plot_h}, {"left", left},
           {"right", width - 16}};
 }
 
@@ -234,8 +254,12 @@ json scatter(const std::vector<Point>& points, const std::string& x_label,
       ty += 12;
     }
     placed.emplace_back(tx, ty);
-    pts.push_back({{"cx", sx(p.x)}, {"cy", sy(p.y)}, {"label", p.label}, {"css", p.css},
-                   {"tx", tx}, {"ty", ty},
+    pts.push_back({{"cx", sx(p.x)},
+                   {"cy", sy(p.y)},
+                   {"label", p.label},
+                   {"css", p.css},
+                   {"tx", tx},
+                   {"ty", ty},
                    {"title", p.label + ": " + short_number(p.x) + ", " + short_number(p.y)}});
   }
   return {{"width", left + w + 20},

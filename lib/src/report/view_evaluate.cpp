@@ -28,12 +28,16 @@ json metric_rows(const json& r, const std::vector<std::string>& rs) {
   };
   const json& m = get(r, "metrics");
   const json& drop = get(m, "top1_drop");
-  add("top-1 (%)", [](const json& b) { return num(get(b, "top1"), 2); },
+  add(
+      "top-1 (%)", [](const json& b) { return num(get(b, "top1"), 2); },
       drop.is_number() ? "drop " + num(drop, 2) + " pp" : "");
-  add("top-5 (%)", [](const json& b) { return num(get(b, "top5"), 2); }, "");
-  add("file size", [](const json& b) { return bytes(get(b, "size_bytes")); },
+  add(
+      "top-5 (%)", [](const json& b) { return num(get(b, "top5"), 2); }, "");
+  add(
+      "file size", [](const json& b) { return bytes(get(b, "size_bytes")); },
       get(m, "size_ratio").is_number() ? num(m["size_ratio"], 3) + "x" : "");
-  add("qengine", [](const json& b) { return str(b, "qengine"); }, "");
+  add(
+      "qengine", [](const json& b) { return str(b, "qengine"); }, "");
   return rows;
 }
 
@@ -54,9 +58,9 @@ json gates(const json& r) {
   for (const auto& g : get(get(r, "gates"), "results")) {
     const bool ok = get(g, "passed").is_boolean() && g["passed"].get<bool>();
     out.push_back({{"name", str(g, "name")},
-                   {"rule", str(g, "op") + " " + charts::short_number(get(g, "limit").is_number()
-                                                                          ? g["limit"].get<double>()
-                                                                          : 0.0)},
+                   {"rule", str(g, "op") + " " +
+                                charts::short_number(
+                                    get(g, "limit").is_number() ? g["limit"].get<double>() : 0.0)},
                    {"value", num(get(g, "value"), 3)},
                    {"passed", ok},
                    {"status", ok ? "pass" : "FAIL"}});

@@ -97,12 +97,13 @@ json histograms(const json& layers) {
     const double hi = get(h, "max").is_number() ? h["max"].get<double>() : 1.0;
     const double clo = get(a, "clip_min").is_number() ? a["clip_min"].get<double>() : lo;
     const double chi = get(a, "clip_max").is_number() ? a["clip_max"].get<double>() : hi;
-    out.push_back({{"name", str(l, "name")},
-                   {"observer", str(a, "observer")},
-                   {"format", str(l, "activation_format")},
-                   {"clip", "[" + charts::short_number(clo) + ", " + charts::short_number(chi) + "]"},
-                   {"range", "[" + charts::short_number(lo) + ", " + charts::short_number(hi) + "]"},
-                   {"chart", charts::histogram(counts, lo, hi, clo, chi)}});
+    out.push_back(
+        {{"name", str(l, "name")},
+         {"observer", str(a, "observer")},
+         {"format", str(l, "activation_format")},
+         {"clip", "[" + charts::short_number(clo) + ", " + charts::short_number(chi) + "]"},
+         {"range", "[" + charts::short_number(lo) + ", " + charts::short_number(hi) + "]"},
+         {"chart", charts::histogram(counts, lo, hi, clo, chi)}});
   }
   return out;
 }
@@ -117,7 +118,8 @@ json timings(const json& report) {
   for (const auto& k : keys) {
     const json& v = get(get(report, "timings"), k.c_str());
     if (!v.is_number()) continue;
-    std::string name = k.size() > 2 && k.substr(k.size() - 2) == "_s" ? k.substr(0, k.size() - 2) : k;
+    std::string name =
+        k.size() > 2 && k.substr(k.size() - 2) == "_s" ? k.substr(0, k.size() - 2) : k;
     out.push_back({{"step", name}, {"seconds", num(v, 3)}});
   }
   json steps = json::array();
@@ -135,11 +137,11 @@ json summary(const json& r) {
       {{{"k", "model"}, {"v", str(get(r, "model"), "path")}},
        {{"k", "backend"}, {"v", backend}},
        {{"k", "mode"}, {"v", str(r, "mode")}},
-       {{"k", "layers quantized"},
-        {"v", str(t, "quantized_layers") + " / " + str(t, "layers")}},
+       {{"k", "layers quantized"}, {"v", str(t, "quantized_layers") + " / " + str(t, "layers")}},
        {{"k", "weights"},
-        {"v", bytes(get(t, "weight_bytes_before")) + " \u2192 " + bytes(get(t, "weight_bytes_after")) +
-                  " (" + num(get(t, "weight_ratio"), 3) + "x)"}},
+        {"v", bytes(get(t, "weight_bytes_before")) + " \u2192 " +
+                  bytes(get(t, "weight_bytes_after")) + " (" + num(get(t, "weight_ratio"), 3) +
+                  "x)"}},
        {{"k", "model file"},
         {"v", bytes(get(t, "file_bytes_before")) + " \u2192 " + bytes(get(t, "file_bytes_after")) +
                   " (" + num(get(t, "file_ratio"), 3) + "x)"}},
