@@ -11,6 +11,8 @@ foreach(_m core imgcodecs imgproc)
   set_target_properties(tq_opencv_${_m} PROPERTIES IMPORTED_LOCATION ${TQ_OPENCV_${_m}}
     INTERFACE_INCLUDE_DIRECTORIES ${TQ_OPENCV_INCLUDE})
 endforeach()
+# Header-only Mustache (libkainjow-mustache-dev) renders the HTML reports.
+find_path(TQ_MUSTACHE_INCLUDE kainjow/mustache.hpp REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
 if(TQ_BUILD_TESTS)

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# End-to-end demo: weight-only int8 PTQ of the Fashion-MNIST CNN with
-# tao-quant, checked in plain PyTorch.
+# End-to-end demo: the Fashion-MNIST CNN quantized twice with tao-quant
+# (weight-only int8, then static int8 with LibTorch's int8 kernels), each
+# checked in plain PyTorch: file size, top-1 and latency at batch 1 and 32.
 #
-# Usage: scripts/demo.sh [key=value ...]   (overrides passed to tao-quant)
-#   1. scripts/setup.sh                    (packages + build)
-#   2. scripts/models/make_test_models.sh models fmnist   (cached)
-#   3. build/bin/tao-quant quantize -e specs/demo/fmnist_cnn_int8.yaml
-#   4. fp32 vs quantized top-1 (scripts/eval_torch.py) and file sizes
-# Environment: BUILD_DIR (default build/), SPEC (default the int8 spec),
-#              BACKEND (default: the spec's quantize.backend; names the
-#              output file quantized_model_<backend>.pth).
+# Usage: scripts/demo.sh [key=value ...]   (overrides passed to both runs)
+#   1. scripts/setup.sh --demo             (packages, build only tao-quant)
+#   2. scripts/models/make_test_models.sh models fmnist   (cached: reused
+#      when the tests already made it)
+#   3. tao-quant quantize: weight-only (runs/demo/weight_only) and static
+#      (runs/demo/static), each writing quantize_report.{json,html}
+#   4. scripts/eval_torch.py on the float model and both artifacts
+# Environment: BUILD_DIR (default build/), THREADS (default 2).
 # Works from any directory: it runs from the repository root, where the
-# spec's relative paths (models/..., runs/demo) point.
+# spec's relative paths (models/...) point.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,14 +20,16 @@ REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
 cd "${REPO_ROOT}"
 
 BUILD_DIR="${BUILD_DIR:-build}"
-SPEC="${SPEC:-specs/demo/fmnist_cnn_int8.yaml}"
+THREADS="${THREADS:-2}"
+SPEC=specs/demo/fmnist_cnn_int8.yaml
 PY=/usr/bin/python3
 export BUILD_DIR
+T0=${SECONDS}
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s [%ds]\n' "$*" "$((SECONDS - T0))"; }
 
-step "setup (packages, build)"
-bash scripts/setup.sh
+step "setup (packages, build tao-quant only)"
+bash scripts/setup.sh --demo
 
 step "demo model (Fashion-MNIST CNN, cached in models/)"
 bash scripts/models/make_test_models.sh models fmnist
@@ -37,55 +40,39 @@ if [[ ! -x "${CLI}" ]]; then
   exit 1
 fi
 
-# Where the artifact lands: the spec's results_dir / quantize.backend, unless
-# overridden on the command line (results_dir=..., quantize.results_dir=...,
-# quantize.backend=...).
-spec_value() {  # first "KEY: value" at the given indentation in SPEC
-  sed -n "s/^$1:[[:space:]]*\([^#[:space:]]*\).*/\1/p" "${SPEC}" | head -n 1
-}
-RESULTS_DIR="$(spec_value 'results_dir')"
-RESULTS_DIR="${RESULTS_DIR:-runs/demo}"
-spec_backend="$(spec_value '  backend')"
-BACKEND="${BACKEND:-${spec_backend:-libtorch}}"
-for kv in "$@"; do
-  case "${kv}" in
-    results_dir=*) RESULTS_DIR="${kv#results_dir=}" ;;
-    quantize.results_dir=*) RESULTS_DIR="${kv#quantize.results_dir=}" ;;
-    quantize.backend=*) BACKEND="${kv#quantize.backend=}" ;;
-  esac
-done
+step "tao-quant quantize: weight-only int8"
+"${CLI}" quantize -e "${SPEC}" results_dir=runs/demo/weight_only "$@"
+step "tao-quant quantize: static int8 (calibrated on models/fmnist/calib.npz)"
+"${CLI}" quantize -e "${SPEC}" results_dir=runs/demo/static quantize.mode=static_ptq \
+  dataset.quant_calibration_dataset.data_file=models/fmnist/calib.npz "$@"
 
-step "tao-quant quantize -e ${SPEC} $*"
-"${CLI}" quantize -e "${SPEC}" "$@"
-
-FP32="models/fmnist/cnn.pt"
-QUANT="${RESULTS_DIR}/quantized_model_${BACKEND}.pth"
-REPORT="${RESULTS_DIR}/quantize_report.json"
 DATA="models/fmnist/test.npz"
-if [[ ! -f "${QUANT}" ]]; then
-  echo "demo.sh: expected ${QUANT}; ${RESULTS_DIR} has:" >&2
-  ls -la "${RESULTS_DIR}" >&2 || true
-  exit 1
-fi
+step "checking the three models in plain PyTorch on ${DATA} (10000 images)"
+eval_model() {
+  "${PY}" scripts/eval_torch.py "$1" "${DATA}" --json --threads "${THREADS}" --latency 1,32
+}
+float_json="$(eval_model models/fmnist/cnn.pt)"
+wo_json="$(eval_model runs/demo/weight_only/quantized_model_libtorch.pth)"
+st_json="$(eval_model runs/demo/static/quantized_model_libtorch.pth)"
 
-step "checking both models in plain PyTorch on ${DATA} (10000 images)"
-fp32_json="$("${PY}" scripts/eval_torch.py "${FP32}" "${DATA}" --json)"
-quant_json="$("${PY}" scripts/eval_torch.py "${QUANT}" "${DATA}" --json)"
-
-"${PY}" - "${fp32_json}" "${quant_json}" "${REPORT}" <<'PYEOF'
-import json, os, sys
-fp32, quant = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-report = sys.argv[3]
-def mb(n): return n / 1e6
-rel = lambda p: os.path.relpath(p)
+"${PY}" - "${float_json}" "${wo_json}" "${st_json}" <<'PYEOF'
+import json, sys
+rows = [("float", json.loads(sys.argv[1])), ("weight-only int8", json.loads(sys.argv[2])),
+        ("static int8", json.loads(sys.argv[3]))]
+base = rows[0][1]
 print()
-print("| model | file | size (MB) | top-1 |")
-print("|---|---|---:|---:|")
-print("| fp32 | %s | %.3f | %.4f |" % (rel(fp32["model"]), mb(fp32["model_size_bytes"]), fp32["top1"]))
-print("| quantized | %s | %.3f | %.4f |" % (rel(quant["model"]), mb(quant["model_size_bytes"]), quant["top1"]))
+print("| model | file (MB) | top-1 | latency b1 (ms) | latency b32 (ms) | speed-up b32 |")
+print("|---|---:|---:|---:|---:|---:|")
+for name, r in rows:
+    lat = r["latency_ms"]
+    print("| %s | %.3f | %.4f | %.3f | %.3f | %.2fx |"
+          % (name, r["model_size_bytes"] / 1e6, r["top1"], lat["1"], lat["32"],
+             base["latency_ms"]["32"] / lat["32"]))
 print()
-print("top-1 change: %+.2f points; size: %.2fx smaller"
-      % (100.0 * (quant["top1"] - fp32["top1"]), fp32["model_size_bytes"] / max(1, quant["model_size_bytes"])))
-if os.path.isfile(report):
-    print("report: %s" % rel(report))
+print("(plain PyTorch: torch.jit.load + forward, no tao-quant code; median latency)")
 PYEOF
+
+step "done"
+echo "HTML reports (open in a browser, no network needed):"
+echo "  runs/demo/weight_only/quantize_report.html"
+echo "  runs/demo/static/quantize_report.html"

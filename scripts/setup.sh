@@ -2,13 +2,16 @@
 # Installs tao-quant's Debian dependencies (only the missing ones), makes sure
 # OpenBLAS (pthread) is the active BLAS, then configures (once) and builds.
 #
-# Usage: scripts/setup.sh [--no-build]
+# Usage: scripts/setup.sh [--no-build] [--demo]
 #   --no-build   install/check packages and BLAS only; no configure, no build
+#   --demo       only what scripts/demo.sh needs: no test-only packages
+#                (chromium), build only the tao-quant target
 # Environment:
 #   BUILD_DIR    build folder (default: build/ at the repository root;
 #                a relative path is taken from the repository root)
 #   JOBS         parallel build jobs (default: 2)
 #   CMAKE_ARGS   extra arguments for the first configure (word-split)
+#   TARGET       build only this target (default: everything; --demo: tao-quant)
 #
 # Idempotent: a second run installs nothing, does not re-configure, and the
 # build is incremental.  Works from any directory.
@@ -18,10 +21,12 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
 
 DO_BUILD=1
+DEMO=0
 for arg in "$@"; do
   case "${arg}" in
     --no-build) DO_BUILD=0 ;;
-    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --demo) DEMO=1 ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "setup.sh: unknown argument '${arg}'" >&2; exit 2 ;;
   esac
 done
@@ -32,7 +37,13 @@ PACKAGES=(
   libopencv-imgcodecs-dev libopencv-imgproc-dev libzip-dev libopenblas0-pthread libxml2-dev
   python3-torch python3-torchvision python3-numpy dataset-fashion-mnist clang-format
   clang-14 libclang-rt-14-dev
+  libkainjow-mustache-dev
 )
+# Only the tests need these (headless Chromium loads the HTML reports).
+TEST_PACKAGES=(chromium)
+if [[ ${DEMO} -eq 0 ]]; then
+  PACKAGES+=("${TEST_PACKAGES[@]}")
+fi
 
 SUDO=()
 if [[ ${EUID} -ne 0 ]]; then
@@ -120,6 +131,14 @@ else
   log "${BUILD_DIR} already configured"
 fi
 
-log "building (${JOBS} jobs)"
-cmake --build "${BUILD_DIR}" -j"${JOBS}"
+TARGET="${TARGET:-}"
+if [[ ${DEMO} -eq 1 && -z "${TARGET}" ]]; then
+  TARGET=tao-quant
+fi
+target_args=()
+if [[ -n "${TARGET}" ]]; then
+  target_args=(--target "${TARGET}")
+fi
+log "building ${TARGET:-everything} (${JOBS} jobs)"
+cmake --build "${BUILD_DIR}" -j"${JOBS}" "${target_args[@]}"
 log "build OK: ${BUILD_DIR}"

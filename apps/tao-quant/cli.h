@@ -6,9 +6,17 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace CLI {
 class App;
 }
+
+namespace tq {
+struct Spec;
+struct Plan;
+struct QuantizeOutcome;
+}  // namespace tq
 
 namespace tqcli {
 
@@ -19,6 +27,7 @@ struct Options {
   bool quiet = false;
   std::string log_level;
   std::vector<std::string> plugins;
+  bool no_html = false;  // quantize, evaluate, batch: no *_report.html
   // common to spec-driven commands
   std::string spec;
   std::vector<std::string> overrides;
@@ -59,6 +68,18 @@ const std::vector<Command>& commands();
 bool stdout_is_tty();
 bool stderr_is_tty();
 void add_spec_options(CLI::App& app, Options& o);
+// Writes the HTML report next to a JSON report unless --no-html; returns its
+// path ("" when off). A failure to write it is a warning, not an error.
+enum class HtmlKind { kQuantize, kEvaluate, kBatch };
+std::string write_html(const Options& o, HtmlKind kind, const nlohmann::json& report,
+                       const std::string& json_path);
+
+// static_ptq activation defaults and notes (activation_defaults.cpp).
+// Sets int8 (fp8 for fp8 weights) when static_ptq names no activation dtype;
+// returns the one-line note ("" when unchanged).
+std::string apply_static_activation_default(tq::Spec& spec);
+// A warning when a static_ptq plan quantizes no activation ("" otherwise).
+std::string native_activation_warning(const tq::Spec& spec, const tq::Plan& plan);
 
 // `evaluate` (cmd_evaluate.cpp).
 void setup_evaluate(CLI::App& app, Options& o);

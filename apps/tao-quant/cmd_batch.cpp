@@ -123,6 +123,7 @@ int run_batch_cmd(Options& o) {
   if (o.timeout > 0) bo.timeout_s = o.timeout;
   for (const auto& p : o.plugins) bo.child_args.insert(bo.child_args.end(), {"--plugin", p});
   for (int i = 0; i < o.verbosity; ++i) bo.child_args.push_back("-v");
+  if (o.no_html) bo.child_args.push_back("--no-html");
 
   const bool tty = stdout_is_tty();
   bool drawn = false;
@@ -154,8 +155,9 @@ int run_batch_cmd(Options& o) {
   const tq::BatchSummary s = tq::run_batch(m, bo);
   clear();
   const std::string path = tq::write_batch_outputs(s, bo.out_dir, o.junit);
+  const std::string html = write_html(o, HtmlKind::kBatch, tq::summary_to_json(s), path);
   print_summary(s, !o.quiet);
-  std::cout << "summary: " << path << " (+ .md)";
+  std::cout << "summary: " << path << (html.empty() ? " (+ .md)" : " (+ .md, .html)");
   if (!o.junit.empty()) std::cout << ", JUnit: " << o.junit;
   std::cout << "\n";
   return static_cast<int>(tq::summary_exit_code(s));

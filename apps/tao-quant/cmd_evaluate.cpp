@@ -40,10 +40,12 @@ int run_evaluate(Options& o) {
                 << (done == total ? "\n" : "") << std::flush;
     };
   auto out = tq::run_evaluate(spec, eo);
+  const std::string html = write_html(o, HtmlKind::kEvaluate, out.report, out.report_path);
   if (o.json)
     std::cout << out.report.dump(2) << "\n";
   else
-    std::cout << tq::format_evaluate_table(out) << std::flush;
+    std::cout << tq::format_evaluate_table(out) << (html.empty() ? "" : "html: " + html + "\n")
+              << std::flush;
   tq::throw_if_gates_failed(out);
   return 0;
 }

@@ -8,6 +8,8 @@
 
 #include "cli.h"
 #include "taoquant/backend.h"
+#include "taoquant/html_report.h"
+#include "taoquant/model.h"
 #include "taoquant/pipeline.h"
 #include "taoquant/report.h"
 #include "taoquant/spec.h"
@@ -28,6 +30,20 @@ void add_spec_options(CLI::App& app, Options& o) {
       ->type_name("KEY=VALUE");
 }
 
+std::string write_html(const Options& o, HtmlKind kind, const nlohmann::json& report,
+                       const std::string& json_path) {
+  if (o.no_html || json_path.empty()) return "";
+  const tq::HtmlReport k = kind == HtmlKind::kQuantize   ? tq::HtmlReport::kQuantize
+                           : kind == HtmlKind::kEvaluate ? tq::HtmlReport::kEvaluate
+                                                         : tq::HtmlReport::kBatch;
+  try {
+    return tq::write_html_report(k, report, json_path);
+  } catch (const std::exception& e) {
+    spdlog::warn("HTML report next to {} not written: {}", json_path, e.what());
+    return "";
+  }
+}
+
 namespace {
 
 tq::QuantizeOptions quantize_options(const Options& o) {
@@ -36,11 +52,42 @@ tq::QuantizeOptions quantize_options(const Options& o) {
   return qo;
 }
 
-int run_quantize(Options& o) {
+// The spec with the static_ptq activation default applied (and said once).
+tq::Spec load_quantize_spec(const Options& o, std::string* note = nullptr) {
   auto spec = tq::load_spec(o.spec, o.overrides);
+  const std::string n = apply_static_activation_default(spec);
+  if (!n.empty()) spdlog::info("{}", n);
+  if (note) *note = n;
+  return spec;
+}
+
+// Notes and the native-activation warning: printed under the summary and
+// added to the report (rewritten when they change it).
+std::string add_activation_notes(const tq::Spec& spec, tq::QuantizeOutcome& out,
+                                 const std::string& default_note) {
+  std::vector<std::string> notes;
+  if (!default_note.empty()) notes.push_back(default_note);
+  const std::string warning = native_activation_warning(spec, out.plan);
+  if (notes.empty() && warning.empty()) return "";
+  std::string text;
+  for (const auto& n : notes) text += "note:    " + n + "\n";
+  if (!warning.empty()) {  // format_quantize_summary prints it with the others
+    out.warnings.push_back(warning);
+    out.report["warnings"].push_back(warning);
+  }
+  out.report["notes"] = notes;
+  tq::write_file_atomic(out.report_path, out.report.dump(2) + "\n");
+  return text;
+}
+
+int run_quantize(Options& o) {
+  std::string default_note;
+  auto spec = load_quantize_spec(o, &default_note);
   if (o.dry_run) {
     auto out = tq::run_inspect(spec, quantize_options(o));
     std::cout << (o.json ? out.to_json().dump(2) + "\n" : tq::format_plan_table(out.plan));
+    const std::string w = native_activation_warning(spec, out.plan);
+    if (!o.json && !w.empty()) std::cout << "warning: " << w << "\n";
     return 0;
   }
   tq::QuantizeOptions qo = quantize_options(o);
@@ -54,15 +101,18 @@ int run_quantize(Options& o) {
     if (!o.quiet && !o.json) std::cout << tq::format_layer_line(r, i, total, width) << std::endl;
   };
   auto out = tq::run_quantize(spec, qo);
+  const std::string notes = add_activation_notes(spec, out, default_note);
+  const std::string html = write_html(o, HtmlKind::kQuantize, out.report, out.report_path);
   if (o.json)
     std::cout << out.report.dump(2) << "\n";
   else
-    std::cout << tq::format_quantize_summary(out);
+    std::cout << tq::format_quantize_summary(out)
+              << (html.empty() ? "" : "html:     " + html + "\n") << notes;
   return 0;
 }
 
 int run_inspect(Options& o) {
-  auto spec = tq::load_spec(o.spec, o.overrides);
+  auto spec = load_quantize_spec(o);
   auto out = tq::run_inspect(spec, quantize_options(o));
   if (o.json)
     std::cout << out.to_json().dump(2) << "\n";
@@ -71,6 +121,8 @@ int run_inspect(Options& o) {
     if (out.backend.requested != out.backend.info->name)
       std::cout << " (" << out.backend.info->name << ")";
     std::cout << ", model " << out.model_path << "\n\n" << tq::format_plan_table(out.plan);
+    const std::string w = native_activation_warning(spec, out.plan);
+    if (!w.empty()) std::cout << "warning: " << w << "\n";
   }
   return 0;
 }

@@ -70,11 +70,16 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--plugin", opts.plugins, "Load a backend plugin (shared library); repeatable")
       ->type_name("PATH");
+  app.add_flag("--no-html", opts.no_html,
+               "quantize, evaluate, batch: do not write the HTML report next to the JSON");
 
   std::vector<std::pair<CLI::App*, const tqcli::Command*>> subs;
   for (const auto& c : tqcli::commands()) {
     auto* sub = app.add_subcommand(c.name, c.summary);
     sub->footer(kExitCodes);
+    // Global options (-q, -v, --log-level, --plugin, --no-html) also work
+    // after the subcommand: what it does not know goes to the main parser.
+    sub->fallthrough();
     c.setup(*sub, opts);
     subs.emplace_back(sub, &c);
   }

@@ -191,6 +191,8 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
       r.activation_format = act_format(lp.activations);
       r.extra["activation"] = activation_stats(
           q, s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]))->obs->name());
+      if (auto fi = float_inputs.find(lp.info.name); fi != float_inputs.end())
+        r.extra["activation"]["histogram"] = activation_histogram(fi->second, q);
     } else if (lp.activations.quantized() && !lp.skipped) {
       r.reason = "activations left float: the calibration data never reached this layer";
     }

@@ -419,6 +419,7 @@ void layer_output_sqnr(LayerResult& r, Module layer, const at::Tensor& w, const 
   torch::NoGradGuard ng;
   NoGraphOptimization no_opt;
   const at::Tensor& x = xi->second;
+  r.extra["activation"]["histogram"] = activation_histogram(x, aq);
   auto yi = cap.outputs.find(r.name);
   const at::Tensor ref =
       yi != cap.outputs.end() && yi->second.dim() > 0 && x.dim() > 0 && yi->second.size(0) == x.size(0)

@@ -91,6 +91,12 @@ double tensor_sqnr_db(const at::Tensor& ref, const at::Tensor& x);
 // scale and zero point.
 nlohmann::json activation_stats(const QParams& q, const std::string& observer);
 
+// A compact histogram of activation values `x` (e.g. a layer's captured
+// held-out input) over a range that covers both the values and the clip
+// range of `q`: {"min", "max", "counts" (bins <= 128), "samples"}. For the
+// HTML report; works for every observer, with or without a histogram.
+nlohmann::json activation_histogram(const at::Tensor& x, const QParams& q, int64_t bins = 64);
+
 // One pass of `model` over `inputs` with a tap at each conv/linear layer
 // (its first call), by module path. The model itself is not modified, and
 // may be an observed model: then the pass also calibrates.

@@ -101,6 +101,24 @@ nlohmann::json activation_stats(const QParams& q, const std::string& observer) {
           {"zero_point", q.zero_point.empty() ? 0 : q.zero_point.at(0)}};
 }
 
+nlohmann::json activation_histogram(const at::Tensor& x, const QParams& q, int64_t bins) {
+  bins = std::clamp<int64_t>(bins, 1, 128);
+  const at::Tensor xf = x.detach().to(at::kFloat).flatten();
+  const at::Tensor finite = xf.isfinite().all().item<bool>() ? xf : xf.nan_to_num(0, 0, 0);
+  double lo = std::min(q.clip_min, q.min_val), hi = std::max(q.clip_max, q.max_val);
+  if (finite.numel() > 0) {
+    lo = std::min(lo, finite.min().item<double>());
+    hi = std::max(hi, finite.max().item<double>());
+  }
+  if (!(hi > lo)) hi = lo + 1.0;
+  const at::Tensor h = at::histc(finite, bins, lo, hi).to(at::kLong);
+  const auto* c = h.data_ptr<int64_t>();
+  return {{"min", lo},
+          {"max", hi},
+          {"counts", std::vector<int64_t>(c, c + h.numel())},
+          {"samples", x.dim() > 0 ? x.size(0) : 1}};
+}
+
 NoGraphOptimization::NoGraphOptimization() : previous_(torch::jit::getGraphExecutorOptimize()) {
   torch::jit::setGraphExecutorOptimize(false);
 }

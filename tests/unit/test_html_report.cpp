@@ -1,0 +1,250 @@
+// HTML reports from JSON: the view-models, the rendered markup, and the page
+// as headless Chromium renders it (skipped with a message without chromium).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "html_browser.h"
+#include "taoquant/html_report.h"
+
+using Catch::Matchers::Contains;
+using nlohmann::json;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+json layer(const std::string& name, json sqnr, bool kept, const std::string& reason) {
+  json l{{"name", name},
+         {"class", "Conv2d"},
+         {"shape", {8, 1, 3, 3}},
+         {"weight_format", kept ? "" : "int8/per_channel"},
+         {"activation_format", kept ? "float" : "uint8/per_tensor"},
+         {"weight_sqnr_db", sqnr},
+         {"bytes_before", 288},
+         {"bytes_after", kept ? 288 : 104},
+         {"kept_float", kept},
+         {"reason", reason},
+         {"decided_by", "default_layer_dtype"}};
+  if (!kept)
+    l["activation"] = {
+        {"observer", "minmax"},
+        {"min", -1.5},
+        {"max", 3.0},
+        {"clip_min", -1.0},
+        {"clip_max", 2.5},
+        {"scale", 0.0137},
+        {"zero_point", 73},
+        {"histogram", {{"min", -1.5}, {"max", 3.0}, {"counts", {1, 0, 5, 40, 9, 2, 1, 1}}}}};
+  return l;
+}
+
+json quantize_report() {
+  return {{"schema_version", 1},
+          {"command", "quantize"},
+          {"tool", {{"name", "tao-quant"}, {"version", "0.1.0"}, {"libtorch", "1.13.0"}}},
+          {"spec_file", "specs/demo/x.yaml"},
+          {"backend",
+           {{"requested", "torchao"},
+            {"resolved", "libtorch"},
+            {"meta", {{"steps", {{{"step", "fold BN"}, {"seconds", 0.25}}}}}}}},
+          {"mode", "static_ptq"},
+          {"model", {{"path", "models/fmnist/cnn.pt"}, {"bytes", 3355443}}},
+          {"artifact", {{"path", "runs/x/quantized_model_torchao.pth"}, {"bytes", 868352}}},
+          {"layers",
+           {layer("features.conv1", 41.234, false, ""), layer("features.conv2", nullptr, false, ""),
+            layer("classifier.fc", 12.0, true, "slower than float at batch 1")}},
+          {"totals",
+           {{"layers", 3},
+            {"quantized_layers", 2},
+            {"weight_bytes_before", 864},
+            {"weight_bytes_after", 496},
+            {"weight_ratio", 0.574},
+            {"file_bytes_before", 3355443},
+            {"file_bytes_after", 868352},
+            {"file_ratio", 0.2588}}},
+          {"timings", {{"load_s", 0.1}, {"calibrate_s", 1.25}, {"total_s", 2.5}}},
+          {"notes", {"activations: int8 requested, the engine runs uint8"}},
+          {"warnings", {"layer <b>fc</b> & co kept float"}}};
+}
+
+json evaluate_report() {
+  auto model = [](double top1, double ms1, double ms32, int64_t size) {
+    return json{{"path", "m.pt"},
+                {"size_bytes", size},
+                {"qengine", "onednn"},
+                {"top1", top1},
+                {"top5", 99.5},
+                {"latency_ms", {{"1", {{"median", ms1}}}, {"32", {{"median", ms32}}}}}};
+  };
+  return {{"schema_version", 1},
+          {"tool", {{"version", "0.1.0"}}},
+          {"spec", "specs/demo/x.yaml"},
+          {"data", {{"source", "models/fmnist/test.npz"}, {"num_samples", 10000}}},
+          {"metrics",
+           {{"top1_drop", 0.31},
+            {"size_ratio", 0.26},
+            {"cosine", 0.9991},
+            {"speedup", {{"1", 1.52}, {"32", 2.1}}}}},
+          {"threads", 2},
+          {"gates",
+           {{"passed", false},
+            {"results",
+             {{{"name", "max_top1_drop"},
+               {"op", "<="},
+               {"limit", 1.0},
+               {"value", 0.31},
+               {"passed", true}},
+              {{"name", "min_speedup (batch 1)"},
+               {"op", ">="},
+               {"limit", 2.0},
+               {"value", 1.52},
+               {"passed", false}}}}}},
+          {"notes", json::array()},
+          {"float", model(91.62, 0.52, 9.8, 3355443)},
+          {"quantized", model(91.31, 0.34, 4.6, 868352)}};
+}
+
+json batch_summary() {
+  auto job = [](int i, const std::string& id, const std::string& status, json drop, json speed) {
+    return json{{"id", id},
+                {"index", i},
+                {"spec", "s.yaml"},
+                {"model", "models/" + id + ".pt"},
+                {"backend", "libtorch"},
+                {"mode", "static_ptq"},
+                {"status", status},
+                {"stage", "evaluate"},
+                {"duration_s", 12.5},
+                {"size_ratio", 0.26},
+                {"fp32_top1", 91.6},
+                {"quant_top1", 91.3},
+                {"top1_drop", drop},
+                {"speedup", speed},
+                {"message", ""}};
+  };
+  return {{"schema_version", 1},
+          {"command", "batch"},
+          {"manifest", {{"path", "specs/zoo/manifest.yaml"}, {"name", "zoo"}, {"jobs", 3}}},
+          {"shard", {{"index", 1}, {"count", 1}}},
+          {"totals",
+           {{"jobs", 3},
+            {"passed", 2},
+            {"failed", 1},
+            {"gate_failures", 0},
+            {"skipped", 0},
+            {"resumed", 0}}},
+          {"wall_s", 40.2},
+          {"jobs",
+           {job(1, "cnn_int8", "passed", 0.3, 2.1), job(2, "resnet18_int8", "passed", 0.8, 1.7),
+            job(3, "vit_int8", "failed", nullptr, nullptr)}}};
+}
+
+}  // namespace
+
+TEST_CASE("html quantize view-model: summary, rows, SQNR chart and histograms", "[html]") {
+  const json v = tq::html_view_model(tq::HtmlReport::kQuantize, quantize_report());
+  REQUIRE(v["layers"].size() == 3);
+  CHECK(v["layers"][0]["sqnr"] == "41.2 dB");
+  CHECK(v["layers"][1]["sqnr"] == "exact");
+  CHECK(v["layers"][2]["weight_format"] == "float");
+  CHECK(v["layers"][2]["reason"] == "slower than float at batch 1");
+  CHECK(v["summary"][3]["v"] == "2 / 3");
+  CHECK(v["summary"][5]["v"] == "3.2 MiB \u2192 848.0 KiB (0.259x)");
+  const json& rows = v["sqnr_chart"]["rows"];
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0]["css"] == "q");
+  CHECK(rows[2]["css"] == "float");
+  CHECK(rows[2]["note"] == "kept float: slower than float at batch 1");
+  CHECK(rows[0]["w"].get<double>() > 100.0);  // 41 dB of a 0..50 axis over 420 px
+  REQUIRE(v["histograms"].size() == 2);
+  const json& h = v["histograms"][0]["chart"];
+  CHECK(h["bars"].size() == 7);  // 8 bins, one empty
+  // clip [-1, 2.5] on [-1.5, 3] over x 6..254
+  CHECK(h["clip_lo"].get<double>() == Approx(6 + 248 * 0.5 / 4.5).margin(0.1));
+  CHECK(h["clip_hi"].get<double>() == Approx(6 + 248 * 4.0 / 4.5).margin(0.1));
+  CHECK(v["histograms"][0]["clip"] == "[-1, 2.5]");
+}
+
+TEST_CASE("html quantize report: self-contained, escaped, every layer and chart", "[html]") {
+  const std::string html = tq::render_html_report(tq::HtmlReport::kQuantize, quantize_report());
+  CHECK_THAT(html, Contains("<!DOCTYPE html>"));
+  for (const char* name : {"features.conv1", "features.conv2", "classifier.fc"})
+    CHECK(tqtest::count(html, std::string(">") + name + "<") >= 2);  // table + chart label
+  CHECK_THAT(html, Contains("layer &lt;b&gt;fc&lt;/b&gt; &amp; co kept float"));
+  CHECK_THAT(html, Contains("int8 requested, the engine runs uint8"));
+  CHECK(tqtest::count(html, "<svg") == 3);  // SQNR bars + 2 histograms
+  CHECK(tqtest::count(html, "class=\"clip\"") == 4);
+  CHECK(tqtest::count(html, "{{") == 0);
+  CHECK(tqtest::external_references(html) == 0);
+  CHECK(tqtest::count(html, "http") == 0);
+}
+
+TEST_CASE("html evaluate and batch views", "[html]") {
+  const json e = tq::html_view_model(tq::HtmlReport::kEvaluate, evaluate_report());
+  CHECK(e["roles"] == json({"float", "quantized"}));
+  CHECK(e["metrics"][0]["cells"] == json({"91.62", "91.31"}));
+  CHECK(e["metrics"][0]["change"] == "drop 0.31 pp");
+  CHECK(e["gates"][1]["status"] == "FAIL");
+  CHECK_FALSE(e["gates_passed"].get<bool>());
+  REQUIRE(e["latency_chart"]["groups"].size() == 2);
+  CHECK(e["latency_chart"]["groups"][0]["label"] == "batch 1 (1.52x)");
+  CHECK(e["latency_chart"]["groups"][1]["bars"].size() == 2);
+  const json b = tq::html_view_model(tq::HtmlReport::kBatch, batch_summary());
+  REQUIRE(b["jobs"].size() == 3);
+  CHECK(b["jobs"][2]["status_css"] == "fail");
+  REQUIRE(b["scatter"]["points"].size() == 2);  // the failed job has no numbers
+  CHECK(b["scatter"]["points"][0]["label"] == "#1");
+  const std::string html = tq::render_html_report(tq::HtmlReport::kEvaluate, evaluate_report());
+  CHECK(tqtest::count(html, "badge fail") == 2);  // the gate and the header
+  CHECK(tqtest::external_references(html) == 0);
+}
+
+TEST_CASE("html batch summary links the job reports that exist", "[html]") {
+  const fs::path dir = fs::path(TQ_BINARY_DIR) / "test-html" / "batch";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "cnn_int8");
+  std::ofstream(dir / "cnn_int8" / "quantize_report.html") << "<html></html>";
+  const std::string path = tq::write_html_report(tq::HtmlReport::kBatch, batch_summary(),
+                                                 (dir / "batch_summary.json").string());
+  CHECK(path == (dir / "batch_summary.html").string());
+  const std::string html = tqtest::read_text(path);
+  CHECK(tqtest::count(html, "<a href=") == 1);
+  CHECK_THAT(html, Contains("href=\"cnn_int8/quantize_report.html\""));
+}
+
+TEST_CASE("html reports in headless Chromium: DOM, no requests, a screenshot", "[html][browser]") {
+  if (tqtest::chromium_path().empty()) {
+    WARN("chromium not installed (scripts/setup.sh installs it): browser checks skipped");
+    return;
+  }
+  const fs::path dir = fs::path(TQ_BINARY_DIR) / "test-html" / "browser";
+  fs::remove_all(dir);
+  const std::string q = tq::write_html_report(tq::HtmlReport::kQuantize, quantize_report(),
+                                              (dir / "quantize_report.json").string());
+  const auto run = tqtest::dump_dom(q, (dir / "chromium").string());
+  CHECK_THAT(run.dom, Contains("<td class=\"name\">features.conv2</td>"));
+  CHECK(tqtest::count(run.dom, "<svg") == 3);
+  CHECK(tqtest::count(run.dom, "<rect class=\"hbar\"") == 14);
+  CHECK(run.page_requests.empty());
+  const std::string png = (dir / "quantize.png").string();
+  tqtest::screenshot(q, png, 1200, 900, (dir / "chromium").string());
+  REQUIRE(fs::exists(png));
+  CHECK(fs::file_size(png) > 20000);  // a blank 1200x900 PNG is ~5 KB
+}
+
+TEST_CASE("html browser check: a page that fetches something is caught", "[html][browser]") {
+  if (tqtest::chromium_path().empty()) {
+    WARN("chromium not installed (scripts/setup.sh installs it): browser checks skipped");
+    return;
+  }
+  const fs::path dir = fs::path(TQ_BINARY_DIR) / "test-html" / "fetching";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string page = (dir / "page.html").string();
+  std::ofstream(page) << "<html><body><img src=\"https://example.invalid/x.png\"></body></html>";
+  CHECK(tqtest::external_references(tqtest::read_text(page)) == 1);
+  const auto run = tqtest::dump_dom(page, (dir / "chromium").string());
+  CHECK_THAT(run.dom, Contains("example.invalid"));
+  CHECK(run.page_requests.count("https://example.invalid/x.png") == 1);
+}
