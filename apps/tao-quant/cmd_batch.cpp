@@ -25,9 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fixed(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
+  return tq::format_fixed(v, prec);
 }
 
 std::string opt(const std::optional<double>& v, int prec, const char* suffix = "") {

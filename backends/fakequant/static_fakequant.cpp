@@ -118,17 +118,16 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, CalibrationData& data) {
   s.holdout = data.holdout();
 }
 
-void StaticFakeQuant::convert(QuantizeContext& ctx) {
-  if (!s_) throw RuntimeError("fakequant static_ptq: quantize called before calibrate");
-  auto& s = *s_;
-  auto g = s.work.get_method("forward").graph();
-  const auto float_inputs = capture_layer_inputs(ctx.model, s.holdout);
+namespace {
 
-  // Activations: each observe call becomes a quantize -> dequantize.
+// Each observe call becomes a quantize -> dequantize with its qparams (an
+// observer the data never reached is removed: that input stays float).
+// Returns the activation qparams by layer.
+std::map<std::string, QParams> insert_fake_quant(StaticFakeQuant::Session& s) {
   std::map<std::string, QParams> act;
   for (const auto& [layer, obs] : s.observe_of) {
     const ObserverSlot& slot = *s.table->slots().at(static_cast<size_t>(s.slot_of[layer]));
-    if (slot.calls == 0) {  // never reached with this data: leave it float
+    if (slot.calls == 0) {
       jit::remove_call(obs);
       continue;
     }
@@ -145,8 +144,57 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
     }
     jit::replace_call_with_graph(obs, *snippet(is_fp8(q.dtype) ? "fq_fp8" : "fq_int"), args);
   }
-  jit::fold_constants(g);
+  jit::fold_constants(s.work.get_method("forward").graph());
+  return act;
+}
 
+struct LayerTaps {
+  std::map<std::string, at::Tensor> float_inputs, fq_inputs;
+};
+
+// One layer's result: weight format and SQNR, activation range and
+// histogram, output SQNR of the layer alone (float layer on its float input
+// vs fake-quant layer on its fake-quant input).
+LayerResult fake_quant_result(const QuantizeContext& ctx, StaticFakeQuant::Session& s,
+                              const LayerPlan& lp, torch::jit::Module result, const LayerTaps& taps,
+                              const std::map<std::string, QParams>& act,
+                              const std::map<std::string, fmt::QuantizedWeight>& weights) {
+  auto layer = find_submodule(result, lp.info.name);
+  auto w = layer.attr("weight").toTensor();
+  const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
+  auto wq = weights.find(lp.info.name);
+  auto a = act.find(lp.info.name);
+  LayerResult r = wq != weights.end()  ? weight_layer_result(lp, wq->second, bytes, bytes)
+                  : a == act.end()      ? kept_float_result(lp, bytes)
+                                        : layer_result(lp);
+  r.bytes_before = r.bytes_after = bytes;
+  auto fi = taps.float_inputs.find(lp.info.name);
+  if (a != act.end()) {
+    r.activation_format = act_format(lp.activations);
+    r.extra["activation"] = activation_stats(
+        a->second, s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]))->obs->name());
+    if (fi != taps.float_inputs.end())
+      r.extra["activation"]["histogram"] = activation_histogram(fi->second, a->second);
+  } else if (lp.activations.quantized() && !r.kept_float) {
+    r.reason = "activations left float: the calibration data never reached this layer";
+  }
+  auto qi = taps.fq_inputs.find(lp.info.name);
+  if (fi != taps.float_inputs.end() && qi != taps.fq_inputs.end()) {
+    auto ref_y = find_submodule(ctx.model, lp.info.name).forward({fi->second}).toTensor();
+    r.extra["output_sqnr_db"] =
+        json_number(tensor_sqnr_db(ref_y, layer.forward({qi->second}).toTensor()));
+  }
+  return r;
+}
+
+}  // namespace
+
+void StaticFakeQuant::convert(QuantizeContext& ctx) {
+  if (!s_) throw RuntimeError("fakequant static_ptq: quantize called before calibrate");
+  auto& s = *s_;
+  LayerTaps taps;
+  taps.float_inputs = capture_layer_inputs(ctx.model, s.holdout);
+  const auto act = insert_fake_quant(s);
   // Weights: rounded to the grid in place.
   std::map<std::string, fmt::QuantizedWeight> weights;
   for (const auto& lp : ctx.plan.layers) {
@@ -160,54 +208,17 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
   // execution plan it made from the graph as it was then.
   torch::jit::Module result = s.work.clone();
   result.eval();
-
-  // Fidelity on the held-out batch: the whole model, and each layer alone
-  // (float layer on its float input vs fake-quant layer on its fake-quant input).
-  const auto fq_inputs = capture_layer_inputs(result, s.holdout);
+  // Fidelity on the held-out batch: the whole model, then each layer alone.
+  taps.fq_inputs = capture_layer_inputs(result, s.holdout);
   torch::NoGradGuard ng;
   NoGraphOptimization no_opt;
-  {
-    std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
-    auto ref = ctx.model.forward(in), out = result.forward(in);
-    if (ref.isTensor() && out.isTensor())
-      ctx.backend_meta["holdout_output_sqnr_db"] =
-          json_number(tensor_sqnr_db(ref.toTensor(), out.toTensor()));
-  }
-  for (const auto& lp : ctx.plan.layers) {
-    auto layer = find_submodule(result, lp.info.name);
-    auto w = layer.attr("weight").toTensor();
-    const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
-    LayerResult r;
-    auto wq = weights.find(lp.info.name);
-    if (wq != weights.end()) {
-      r = weight_layer_result(lp, wq->second, bytes, bytes);
-    } else {
-      r = layer_result(lp);
-      r.bytes_before = r.bytes_after = bytes;
-    }
-    auto a = act.find(lp.info.name);
-    if (a != act.end()) {
-      const QParams& q = a->second;
-      r.activation_format = act_format(lp.activations);
-      r.extra["activation"] = activation_stats(
-          q, s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]))->obs->name());
-      if (auto fi = float_inputs.find(lp.info.name); fi != float_inputs.end())
-        r.extra["activation"]["histogram"] = activation_histogram(fi->second, q);
-    } else if (lp.activations.quantized() && !lp.skipped) {
-      r.reason = "activations left float: the calibration data never reached this layer";
-    }
-    if (wq == weights.end() && a == act.end()) {
-      r.kept_float = true;
-      r.reason = lp.why_float();
-    }
-    auto fi = float_inputs.find(lp.info.name), qi = fq_inputs.find(lp.info.name);
-    if (fi != float_inputs.end() && qi != fq_inputs.end()) {
-      auto ref_y = find_submodule(ctx.model, lp.info.name).forward({fi->second}).toTensor();
-      r.extra["output_sqnr_db"] =
-          json_number(tensor_sqnr_db(ref_y, layer.forward({qi->second}).toTensor()));
-    }
-    ctx.add_layer_result(std::move(r));
-  }
+  std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
+  auto ref = ctx.model.forward(in), out = result.forward(in);
+  if (ref.isTensor() && out.isTensor())
+    ctx.backend_meta["holdout_output_sqnr_db"] =
+        json_number(tensor_sqnr_db(ref.toTensor(), out.toTensor()));
+  for (const auto& lp : ctx.plan.layers)
+    ctx.add_layer_result(fake_quant_result(ctx, s, lp, result, taps, act, weights));
   ctx.model = result;
   s_.reset();
 }

@@ -22,8 +22,9 @@ class StaticFakeQuant {
   void calibrate(QuantizeContext& ctx, CalibrationData& data);
   void convert(QuantizeContext& ctx);
 
+  struct Session;  // the calibrated state (static_fakequant.cpp)
+
  private:
-  struct Session;
   std::unique_ptr<Session> s_;
 };
 

@@ -4,7 +4,6 @@
 #include <torch/script.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <tuple>
@@ -12,65 +11,13 @@
 #include <spdlog/spdlog.h>
 
 #include "taoquant/calibration.h"
+#include "taoquant/latency.h"
 #include "taoquant/jit.h"
 #include "taoquant/model.h"
 
 namespace tq::libtorch {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-template <class F>
-double time_ms(F&& fn, int iters) {
-  auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) fn();
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / iters;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Medians of A and B, run interleaved so that machine noise hits both alike.
-// `warm`: the first calls are warm-up (the profiling executor profiles the
-// first call and compiles its optimized plan on the second).
-template <class FA, class FB>
-std::pair<double, double> interleaved(FA&& a, FB&& b, int reps, double budget_ms,
-                                      bool warm = true) {
-  double ta = 0, tb = 0;
-  if (warm) {
-    ta = time_ms(a, 1);
-    tb = time_ms(b, 1);
-    // Slow runs (a large model at a large batch, after the small batch
-    // warmed it up): a 2x difference in one call each is decisive.
-    if (std::max(ta, tb) > 500 && (tb <= 0.5 * ta || ta <= 0.5 * tb)) return {ta, tb};
-    // A slow run dwarfs the compile time: one warm-up call is enough.
-    if (std::max(ta, tb) <= 250) {
-      a();
-      b();
-    }
-  }
-  ta = std::max(time_ms(a, 1), 1e-3);
-  tb = std::max(time_ms(b, 1), 1e-3);
-  std::vector<double> ra, rb;
-  if (std::max(ta, tb) > 250) {
-    // Slow runs (large models, large batches) are stable: that call counts
-    // as a repeat, and two repeats in all keep the check to seconds.
-    reps = std::min(reps, 2);
-    ra.push_back(ta);
-    rb.push_back(tb);
-  }
-  const int ia = std::clamp(static_cast<int>(budget_ms / reps / ta), 1, 200);
-  const int ib = std::clamp(static_cast<int>(budget_ms / reps / tb), 1, 200);
-  while (static_cast<int>(ra.size()) < reps) {
-    ra.push_back(time_ms(a, ia));
-    rb.push_back(time_ms(b, ib));
-  }
-  return {median(ra), median(rb)};
-}
 
 // Batch sizes in ascending order: which to measure, which to infer, and
 // when to stop (the first batch size where int8 is slower decides).
@@ -100,19 +47,10 @@ class BatchLadder {
 // more) needs no more precision, a close call gets the full budget.
 template <class FA, class FB>
 std::pair<double, double> look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms) {
-  auto [ta, tb] = interleaved(a, b, 3, 15, warm);
+  auto [ta, tb] = ab_medians_ms(a, b, 3, 15, warm);
   if (tb > 0.75 * ta && tb < 1.33 * ta)
-    std::tie(ta, tb) = interleaved(a, b, full_reps, full_budget_ms, /*warm=*/false);
+    std::tie(ta, tb) = ab_medians_ms(a, b, full_reps, full_budget_ms, /*warm=*/false);
   return {ta, tb};
-}
-
-at::Tensor resize_batch(const at::Tensor& t, int64_t bs) {
-  int64_t n = t.size(0);
-  if (n >= bs) return t.slice(0, 0, bs).contiguous();
-  int64_t reps = (bs + n - 1) / n;
-  std::vector<int64_t> rep(static_cast<size_t>(t.dim()), 1);
-  rep[0] = reps;
-  return t.repeat(rep).slice(0, 0, bs).contiguous();
 }
 
 std::vector<c10::IValue> call_op(const char* name, const char* overload,

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "taoquant/strings.h"
+
 namespace tq {
 
 // Documented in README.md and `tao-quant --help`.
@@ -60,7 +62,6 @@ class RuntimeError : public Error {
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 // Levenshtein edit distance.
 size_t edit_distance(const std::string& a, const std::string& b);
-// "a, b, c" (or with another separator); "" for none.
-std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");
+
 
 }  // namespace tq

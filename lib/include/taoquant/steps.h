@@ -11,6 +11,11 @@
 
 namespace tq {
 
+// Seconds since `t0` on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class StepTimer {
  public:
   explicit StepTimer(std::string scope);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 namespace tq {
@@ -105,6 +106,17 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
   std::string out;
   for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
   return out;
+}
+
+std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+std::string format_fixed(double v, int prec) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
 }
 
 }  // namespace tq

@@ -107,6 +107,63 @@ void compute_sizes(NpyHeader& h) {
   h.overflow = over || h.data_bytes > limit || h.row_bytes > limit;
 }
 
+// The element type of an NPY `descr` value ('<f4', ...).
+ElemType parse_descr(const std::string& d, const std::string& where) {
+  if (d.empty()) throw RuntimeError(where + ": NPY header has no 'descr'");
+  if (d[0] == '[')
+    throw RuntimeError(
+        where + ": structured (record) arrays are not supported; supported dtypes: " + kSupported);
+  char quote = d[0];
+  auto end = d.find(quote, 1);
+  if ((quote != '\'' && quote != '"') || end == std::string::npos)
+    throw RuntimeError(where + ": bad NPY descr in header");
+  std::string descr = d.substr(1, end - 1);
+  if (descr.size() < 3) throw RuntimeError(where + ": bad NPY descr '" + descr + "'");
+  char order = descr[0];
+  std::string code = descr.substr(1);
+  bool one_byte = code == "u1" || code == "i1" || code == "b1";
+  if (order == '>' && !one_byte)
+    throw RuntimeError(
+        where + ": big-endian dtype '" + descr + "' (" + numpy_name(descr) +
+        ") is not supported; save little-endian data (x.astype(x.dtype.newbyteorder('<')))");
+  if (code == "f4")
+    return ElemType::kFloat32;
+  else if (code == "f8")
+    return ElemType::kFloat64;
+  else if (code == "u1")
+    return ElemType::kUInt8;
+  else if (code == "i4")
+    return ElemType::kInt32;
+  else if (code == "i8")
+    return ElemType::kInt64;
+  else
+    throw RuntimeError(where + ": unsupported dtype " + numpy_name(descr) + " ('" + descr +
+                       "'); supported: " + kSupported + " (convert with .astype(numpy.float32))");
+
+}
+
+// The dimensions of an NPY `shape` value ('(512, 1, 28, 28)').
+std::vector<int64_t> parse_shape(const std::string& sh, const std::string& where) {
+  std::vector<int64_t> shape;
+  if (sh.empty() || sh[0] != '(') throw RuntimeError(where + ": NPY header has no shape");
+  auto close = sh.find(')');
+  if (close == std::string::npos) throw RuntimeError(where + ": bad NPY shape");
+  std::string dims = sh.substr(1, close - 1);
+  size_t p = 0;
+  while (p < dims.size()) {
+    while (p < dims.size() && (dims[p] == ' ' || dims[p] == ',')) ++p;
+    if (p >= dims.size()) break;
+    char* e = nullptr;
+    errno = 0;
+    long long v = std::strtoll(dims.c_str() + p, &e, 10);
+    if (e == dims.c_str() + p || v < 0 || errno == ERANGE)
+      throw RuntimeError(where + ": bad NPY shape '(" + dims + ")'");
+    shape.push_back(v);
+    p = static_cast<size_t>(e - dims.c_str());
+  }
+  return shape;
+}
+
 }  // namespace
 
 NpyHeader read_npy_header(const std::function<size_t(char*, size_t)>& read,
@@ -132,61 +189,14 @@ NpyHeader read_npy_header(const std::function<size_t(char*, size_t)>& read,
   NpyHeader out;
   out.data_offset = 8 + len_bytes + hlen;
 
-  std::string d = dict_value(h, "descr");
-  if (d.empty()) throw RuntimeError(where + ": NPY header has no 'descr'");
-  if (d[0] == '[')
-    throw RuntimeError(
-        where + ": structured (record) arrays are not supported; supported dtypes: " + kSupported);
-  char quote = d[0];
-  auto end = d.find(quote, 1);
-  if ((quote != '\'' && quote != '"') || end == std::string::npos)
-    throw RuntimeError(where + ": bad NPY descr in header");
-  std::string descr = d.substr(1, end - 1);
-  if (descr.size() < 3) throw RuntimeError(where + ": bad NPY descr '" + descr + "'");
-  char order = descr[0];
-  std::string code = descr.substr(1);
-  bool one_byte = code == "u1" || code == "i1" || code == "b1";
-  if (order == '>' && !one_byte)
-    throw RuntimeError(
-        where + ": big-endian dtype '" + descr + "' (" + numpy_name(descr) +
-        ") is not supported; save little-endian data (x.astype(x.dtype.newbyteorder('<')))");
-  if (code == "f4")
-    out.type = ElemType::kFloat32;
-  else if (code == "f8")
-    out.type = ElemType::kFloat64;
-  else if (code == "u1")
-    out.type = ElemType::kUInt8;
-  else if (code == "i4")
-    out.type = ElemType::kInt32;
-  else if (code == "i8")
-    out.type = ElemType::kInt64;
-  else
-    throw RuntimeError(where + ": unsupported dtype " + numpy_name(descr) + " ('" + descr +
-                       "'); supported: " + kSupported + " (convert with .astype(numpy.float32))");
-
+  out.type = parse_descr(dict_value(h, "descr"), where);
   std::string fo = dict_value(h, "fortran_order");
   if (fo.rfind("True", 0) == 0)
     throw RuntimeError(
         where +
         ": the array is stored in Fortran order; save a C-order array (numpy.ascontiguousarray)");
 
-  std::string sh = dict_value(h, "shape");
-  if (sh.empty() || sh[0] != '(') throw RuntimeError(where + ": NPY header has no shape");
-  auto close = sh.find(')');
-  if (close == std::string::npos) throw RuntimeError(where + ": bad NPY shape");
-  std::string dims = sh.substr(1, close - 1);
-  size_t p = 0;
-  while (p < dims.size()) {
-    while (p < dims.size() && (dims[p] == ' ' || dims[p] == ',')) ++p;
-    if (p >= dims.size()) break;
-    char* e = nullptr;
-    errno = 0;
-    long long v = std::strtoll(dims.c_str() + p, &e, 10);
-    if (e == dims.c_str() + p || v < 0 || errno == ERANGE)
-      throw RuntimeError(where + ": bad NPY shape '(" + dims + ")'");
-    out.shape.push_back(v);
-    p = static_cast<size_t>(e - dims.c_str());
-  }
+  out.shape = parse_shape(dict_value(h, "shape"), where);
   if (out.shape.empty())
     throw RuntimeError(where +
                        ": is a scalar; expected an array with one row per sample ([N, ...])");

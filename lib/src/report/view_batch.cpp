@@ -55,7 +55,7 @@ json batch(const json& s) {
                           ? "none"
                           : str(sh, "index") + " of " + str(sh, "count");
   return {
-      {"title", "tao-quant batch: " + str(m, "name")},
+      {"heading", "Batch summary"}, {"title", "tao-quant batch: " + str(m, "name")},
       {"summary", json::array({{{"k", "manifest"}, {"v", str(m, "path")}},
                                {{"k", "jobs"}, {"v", str(t, "jobs")}},
                                {{"k", "passed"}, {"v", str(t, "passed")}},

@@ -160,7 +160,7 @@ json quantize(const json& r) {
   for (size_t i = 0; i < layers.size(); ++i) rows.push_back(layer_row(layers[i], i));
   json hist = histograms(layers);
   json notes = get(r, "notes").is_array() ? r["notes"] : json::array();
-  return {{"title", "tao-quant quantize: " + str(get(r, "model"), "path")},
+  return {{"heading", "Quantize report"}, {"title", "tao-quant quantize: " + str(get(r, "model"), "path")},
           {"summary", summary(r)},
           {"timings", timings(r)},
           {"warnings", get(r, "warnings").is_array() ? r["warnings"] : json::array()},

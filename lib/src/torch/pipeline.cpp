@@ -12,6 +12,7 @@
 #include "taoquant/data.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
+#include "taoquant/steps.h"
 
 namespace tq {
 
@@ -20,9 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+const auto since = seconds_since;
 
 size_t file_size_or_zero(const std::string& p) {
   std::error_code ec;

@@ -22,9 +22,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 std::string fixed(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
+  return format_fixed(v, prec);
 }
 
 }  // namespace

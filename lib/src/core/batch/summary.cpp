@@ -77,9 +77,7 @@ std::optional<double> opt_field(const json& j, const char* key, const std::strin
 }
 
 std::string fixed(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
+  return format_fixed(v, prec);
 }
 
 std::string cell(const std::optional<double>& v, int prec, const char* suffix = "") {

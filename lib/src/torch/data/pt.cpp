@@ -13,11 +13,6 @@ namespace tq::data {
 
 namespace {
 
-std::string first_line(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
-
 std::string kind_of(const c10::IValue& v) {
   return v.tagKind();
 }

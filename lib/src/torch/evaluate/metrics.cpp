@@ -16,11 +16,6 @@ namespace tq::eval {
 
 namespace {
 
-std::string first_line(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
-
 struct EngineName {
   const char* name;
   at::QEngine engine;

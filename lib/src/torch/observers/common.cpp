@@ -239,4 +239,17 @@ std::string describe(const ObserverConfig& cfg) {
   return s;
 }
 
+RunningRangeObserver::RunningRangeObserver(const ObserverConfig& cfg, std::string name)
+    : cfg_(cfg), name_(std::move(name)) {
+  Kwargs kw(name_, cfg.kwargs);
+  kw.finish();
+  check_config(cfg, name_);
+}
+
+void RunningRangeObserver::observe(const at::Tensor& x) {
+  if (x.numel() == 0) return;
+  at::Tensor xf = as_float(x, name_);
+  merge_range(range_, tensor_range(xf, cfg_.per_channel, cfg_.axis, name_), name_);
+}
+
 }  // namespace tq::obs

@@ -87,4 +87,18 @@ std::vector<double> grid_levels(float t, float obs_lo, float obs_hi, const Obser
 // "minmax per-tensor uint8 affine" style label for messages.
 std::string describe(const ObserverConfig& cfg);
 
+// Base of the observers that keep the running min/max of what they see
+// (minmax, max); they take no kwargs.
+class RunningRangeObserver : public Observer {
+ public:
+  void observe(const at::Tensor& x) override;
+  std::string name() const override { return name_; }
+
+ protected:
+  RunningRangeObserver(const ObserverConfig& cfg, std::string name);
+  ObserverConfig cfg_;
+  std::string name_;
+  Range range_;
+};
+
 }  // namespace tq::obs

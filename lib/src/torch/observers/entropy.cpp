@@ -106,52 +106,35 @@ float entropy_threshold(const std::vector<double>& h, float amax, int64_t start_
   return float(double(best_i) * width);
 }
 
-class EntropyObserver : public Observer {
+class EntropyObserver : public obs::HistogramObserver {
  public:
   explicit EntropyObserver(const ObserverConfig& cfg)
-      : cfg_(cfg), hist_(read_kwargs(cfg), cfg.per_channel, cfg.axis, name()) {
-    obs::check_config(cfg, name());
-  }
-
-  void observe(const at::Tensor& x) override {
-    if (x.numel() == 0) return;
-    hist_.observe(obs::as_float(x, name()));
-  }
-
-  QParams finalize() override {
-    const bool fp8 = dtype_traits(cfg_.dtype).is_float8;
-    return obs::qparams_from_histogram(
-        hist_, cfg_,
-        [&](size_t c, const std::vector<double>& h, float amax) {
-          const float lo = hist_.range().lo[c], hi = hist_.range().hi[c];
-          auto levels_at = [&](float t) -> int64_t {
-            return fp8 ? 128 : int64_t(obs::grid_levels(t, lo, hi, cfg_).size());
-          };
-          return entropy_threshold(h, amax, start_bin_, stride_, levels_at);
-        },
-        skip_zeros_);
-  }
-
-  std::string name() const override { return "entropy"; }
+      : EntropyObserver(cfg, obs::Kwargs("entropy", cfg.kwargs)) {}
 
  private:
-  int64_t read_kwargs(const ObserverConfig& cfg) {
-    obs::Kwargs kw(name(), cfg.kwargs);
-    int64_t bins = kw.integer("num_bins", 2048, 16, 1 << 16);
-    start_bin_ = kw.integer("start_bin", 128, 1, 1 << 16);
-    stride_ = kw.integer("stride", 1, 1, 1 << 16);
-    skip_zeros_ = kw.boolean("skip_zeros", true);
+  EntropyObserver(const ObserverConfig& cfg, obs::Kwargs kw)
+      : HistogramObserver(cfg, "entropy", num_bins(kw)),
+        start_bin_(kw.integer("start_bin", 128, 1, 1 << 16)),
+        stride_(kw.integer("stride", 1, 1, 1 << 16)),
+        skip_zeros_(kw.boolean("skip_zeros", true)) {
     kw.finish();
-    if (start_bin_ > bins)
+    if (start_bin_ > hist_.num_bins())
       throw SpecError({}, "observer '" + name() + "': start_bin (" + std::to_string(start_bin_) +
-                              ") must not exceed num_bins (" + std::to_string(bins) + ")");
-    return bins;
+                              ") must not exceed num_bins (" +
+                              std::to_string(hist_.num_bins()) + ")");
   }
+  float threshold(size_t c, const std::vector<double>& h, float amax) override {
+    const bool fp8 = dtype_traits(cfg_.dtype).is_float8;
+    const float lo = hist_.range().lo[c], hi = hist_.range().hi[c];
+    auto levels_at = [&](float t) -> int64_t {
+      return fp8 ? 128 : int64_t(obs::grid_levels(t, lo, hi, cfg_).size());
+    };
+    return entropy_threshold(h, amax, start_bin_, stride_, levels_at);
+  }
+  bool skip_zeros() const override { return skip_zeros_; }
 
-  ObserverConfig cfg_;
-  int64_t start_bin_ = 128, stride_ = 1;
-  bool skip_zeros_ = true;
-  obs::AbsHistogram hist_;
+  int64_t start_bin_, stride_;
+  bool skip_zeros_;
 };
 
 }  // namespace

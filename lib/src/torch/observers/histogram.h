@@ -69,4 +69,36 @@ using ThresholdFn = std::function<float(size_t c, const std::vector<double>& cou
 QParams qparams_from_histogram(const AbsHistogram& h, const ObserverConfig& cfg,
                                const ThresholdFn& threshold, bool skip_zeros = false);
 
+// Base of the histogram observers (entropy, mse, percentile): |x| streams
+// into an AbsHistogram; the subclass picks each channel's clip threshold.
+class HistogramObserver : public Observer {
+ public:
+  void observe(const at::Tensor& x) override {
+    if (x.numel() == 0) return;
+    hist_.observe(as_float(x, name_));
+  }
+  QParams finalize() override {
+    return qparams_from_histogram(
+        hist_, cfg_,
+        [this](size_t c, const std::vector<double>& h, float amax) { return threshold(c, h, amax); },
+        skip_zeros());
+  }
+  std::string name() const override { return name_; }
+
+ protected:
+  HistogramObserver(const ObserverConfig& cfg, std::string name, int64_t num_bins)
+      : cfg_(cfg), name_(std::move(name)), hist_(num_bins, cfg.per_channel, cfg.axis, name_) {
+    check_config(cfg, name_);
+  }
+  // The threshold on |x| for channel c, in [0, amax], from its counts.
+  virtual float threshold(size_t c, const std::vector<double>& counts, float amax) = 0;
+  virtual bool skip_zeros() const { return false; }
+  // num_bins (default 2048), read first from every histogram observer's kwargs.
+  static int64_t num_bins(Kwargs& kw) { return kw.integer("num_bins", 2048, 16, 1 << 16); }
+
+  ObserverConfig cfg_;
+  std::string name_;
+  AbsHistogram hist_;
+};
+
 }  // namespace tq::obs

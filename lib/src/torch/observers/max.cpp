@@ -9,19 +9,9 @@
 namespace tq {
 namespace {
 
-class MaxObserver : public Observer {
+class MaxObserver : public obs::RunningRangeObserver {
  public:
-  explicit MaxObserver(const ObserverConfig& cfg) : cfg_(cfg) {
-    obs::Kwargs kw(name(), cfg.kwargs);
-    kw.finish();
-    obs::check_config(cfg, name());
-  }
-
-  void observe(const at::Tensor& x) override {
-    if (x.numel() == 0) return;
-    at::Tensor xf = obs::as_float(x, name());
-    obs::merge_range(range_, obs::tensor_range(xf, cfg_.per_channel, cfg_.axis, name()), name());
-  }
+  explicit MaxObserver(const ObserverConfig& cfg) : RunningRangeObserver(cfg, "max") {}
 
   QParams finalize() override {
     obs::Range clip = range_;
@@ -32,12 +22,6 @@ class MaxObserver : public Observer {
     }
     return obs::qparams_for_clip(range_, clip, cfg_);
   }
-
-  std::string name() const override { return "max"; }
-
- private:
-  ObserverConfig cfg_;
-  obs::Range range_;
 };
 
 }  // namespace

@@ -6,27 +6,10 @@
 namespace tq {
 namespace {
 
-class MinMaxObserver : public Observer {
+class MinMaxObserver : public obs::RunningRangeObserver {
  public:
-  explicit MinMaxObserver(const ObserverConfig& cfg) : cfg_(cfg) {
-    obs::Kwargs kw(name(), cfg.kwargs);
-    kw.finish();
-    obs::check_config(cfg, name());
-  }
-
-  void observe(const at::Tensor& x) override {
-    if (x.numel() == 0) return;
-    at::Tensor xf = obs::as_float(x, name());
-    obs::merge_range(range_, obs::tensor_range(xf, cfg_.per_channel, cfg_.axis, name()), name());
-  }
-
+  explicit MinMaxObserver(const ObserverConfig& cfg) : RunningRangeObserver(cfg, "minmax") {}
   QParams finalize() override { return obs::qparams_for_clip(range_, range_, cfg_); }
-
-  std::string name() const override { return "minmax"; }
-
- private:
-  ObserverConfig cfg_;
-  obs::Range range_;
 };
 
 }  // namespace

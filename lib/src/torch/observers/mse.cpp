@@ -71,45 +71,26 @@ float mse_threshold(const std::vector<double>& h, float amax, int64_t n, double 
   return float(best_t);
 }
 
-class MseObserver : public Observer {
+class MseObserver : public obs::HistogramObserver {
  public:
-  explicit MseObserver(const ObserverConfig& cfg)
-      : cfg_(cfg), hist_(read_kwargs(cfg), cfg.per_channel, cfg.axis, name()) {
-    obs::check_config(cfg, name());
-  }
-
-  void observe(const at::Tensor& x) override {
-    if (x.numel() == 0) return;
-    hist_.observe(obs::as_float(x, name()));
-  }
-
-  QParams finalize() override {
-    return obs::qparams_from_histogram(
-        hist_, cfg_,
-        [&](size_t c, const std::vector<double>& h, float amax) {
-          const float lo = hist_.range().lo[c], hi = hist_.range().hi[c];
-          auto levels_at = [&](float t) { return obs::grid_levels(t, lo, hi, cfg_); };
-          return mse_threshold(h, amax, num_candidates_, start_fraction_, levels_at);
-        },
-        /*skip_zeros=*/true);
-  }
-
-  std::string name() const override { return "mse"; }
+  explicit MseObserver(const ObserverConfig& cfg) : MseObserver(cfg, obs::Kwargs("mse", cfg.kwargs)) {}
 
  private:
-  int64_t read_kwargs(const ObserverConfig& cfg) {
-    obs::Kwargs kw(name(), cfg.kwargs);
-    num_candidates_ = kw.integer("num_candidates", 100, 2, 100000);
-    start_fraction_ = kw.number("start_fraction", 0.01, 0.0, 1.0, true, false);
-    int64_t bins = kw.integer("num_bins", 2048, 16, 1 << 16);
+  MseObserver(const ObserverConfig& cfg, obs::Kwargs kw)
+      : HistogramObserver(cfg, "mse", num_bins(kw)),
+        num_candidates_(kw.integer("num_candidates", 100, 2, 100000)),
+        start_fraction_(kw.number("start_fraction", 0.01, 0.0, 1.0, true, false)) {
     kw.finish();
-    return bins;
   }
+  float threshold(size_t c, const std::vector<double>& h, float amax) override {
+    const float lo = hist_.range().lo[c], hi = hist_.range().hi[c];
+    auto levels_at = [&](float t) { return obs::grid_levels(t, lo, hi, cfg_); };
+    return mse_threshold(h, amax, num_candidates_, start_fraction_, levels_at);
+  }
+  bool skip_zeros() const override { return true; }
 
-  ObserverConfig cfg_;
-  int64_t num_candidates_ = 100;
-  double start_fraction_ = 0.01;
-  obs::AbsHistogram hist_;
+  int64_t num_candidates_;
+  double start_fraction_;
 };
 
 }  // namespace

@@ -28,39 +28,22 @@ float percentile_of(const std::vector<double>& h, float amax, double pct) {
   return amax;
 }
 
-class PercentileObserver : public Observer {
+class PercentileObserver : public obs::HistogramObserver {
  public:
   explicit PercentileObserver(const ObserverConfig& cfg)
-      : cfg_(cfg), hist_(read_kwargs(cfg), cfg.per_channel, cfg.axis, name()) {
-    obs::check_config(cfg, name());
-  }
-
-  void observe(const at::Tensor& x) override {
-    if (x.numel() == 0) return;
-    hist_.observe(obs::as_float(x, name()));
-  }
-
-  QParams finalize() override {
-    return obs::qparams_from_histogram(hist_, cfg_,
-                                       [&](size_t, const std::vector<double>& h, float amax) {
-                                         return percentile_of(h, amax, pct_);
-                                       });
-  }
-
-  std::string name() const override { return "percentile"; }
+      : PercentileObserver(cfg, obs::Kwargs("percentile", cfg.kwargs)) {}
 
  private:
-  int64_t read_kwargs(const ObserverConfig& cfg) {
-    obs::Kwargs kw(name(), cfg.kwargs);
-    pct_ = kw.number("percentile", 99.99, 0.0, 100.0, true, false);
-    int64_t bins = kw.integer("num_bins", 2048, 16, 1 << 16);
+  PercentileObserver(const ObserverConfig& cfg, obs::Kwargs kw)
+      : HistogramObserver(cfg, "percentile", num_bins(kw)),
+        pct_(kw.number("percentile", 99.99, 0.0, 100.0, true, false)) {
     kw.finish();
-    return bins;
+  }
+  float threshold(size_t, const std::vector<double>& h, float amax) override {
+    return percentile_of(h, amax, pct_);
   }
 
-  ObserverConfig cfg_;
-  double pct_ = 99.99;
-  obs::AbsHistogram hist_;
+  double pct_;
 };
 
 }  // namespace
