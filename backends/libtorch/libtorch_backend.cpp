@@ -51,7 +51,7 @@ class LibTorchBackend : public QuantizerBase, public Calibratable {
   }
 };
 
-std::vector<OptionSpec> options() {
+std::vector<OptionDef> options() {
   const std::vector<Mode> static_only{Mode::kStatic};
   return {
       {"engine", OptionType::kString, nullptr, {"onednn", "qnnpack", "fbgemm"}, std::nullopt,

@@ -70,7 +70,7 @@ struct Capabilities {
   std::vector<LayerKind> layer_kinds;  // kinds the backend knows; others are a spec error
   std::vector<ModeCaps> per_mode;      // a listed mode uses its own table
   QParamConstraints constraints;
-  std::vector<OptionSpec> options;  // quantize.backend_kwargs schema
+  std::vector<OptionDef> options;  // quantize.backend_kwargs schema
   // The resolved table of one mode (per_mode entry, empty lists inherited).
   ModeCaps for_mode(Mode m) const;
 };

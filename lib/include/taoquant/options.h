@@ -24,7 +24,7 @@ inline std::string_view to_string(OptionType v) {
 }
 
 // One declared option.
-struct OptionSpec {
+struct OptionDef {
   std::string name;
   OptionType type = OptionType::kString;
   nlohmann::json default_value;      // null: unset unless the spec gives it
@@ -68,16 +68,16 @@ class BackendOptions {
 // or below `min`. `locs` maps dotted spec keys to their locations
 // (Spec::locs); `fallback` is used for keys it lacks. `who` names the backend
 // in messages ("backend 'libtorch'"). Throws SpecError (exit 2).
-BackendOptions resolve_options(const std::vector<OptionSpec>& schema, const nlohmann::json& kwargs,
+BackendOptions resolve_options(const std::vector<OptionDef>& schema, const nlohmann::json& kwargs,
                                Mode mode, const std::string& who,
                                const std::map<std::string, SourceLoc>& locs,
                                const SourceLoc& fallback);
 
 // The schema as JSON (for `backends --json` and docs).
-nlohmann::json options_to_json(const std::vector<OptionSpec>& schema);
+nlohmann::json options_to_json(const std::vector<OptionDef>& schema);
 
 // Refuses a schema that cannot work (duplicate names, a default of the wrong
 // type or outside `allowed`); returns "" when fine, else the reason.
-std::string validate_option_schema(const std::vector<OptionSpec>& schema);
+std::string validate_option_schema(const std::vector<OptionDef>& schema);
 
 }  // namespace tq

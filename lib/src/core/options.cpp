@@ -21,12 +21,12 @@ const EnumTable<OptionType>& option_type_table() {
 
 namespace {
 
-bool within(const OptionSpec& o, double v) {
+bool within(const OptionDef& o, double v) {
   return !o.min || v >= *o.min;
 }
 
 // "integer", "positive integer", "integer >= 3" (plural: "integers", ...).
-std::string integers(const OptionSpec& o, bool plural) {
+std::string integers(const OptionDef& o, bool plural) {
   const std::string noun = plural ? "integers" : "integer";
   if (!o.min) return noun;
   if (*o.min == 1) return "positive " + noun;
@@ -34,7 +34,7 @@ std::string integers(const OptionSpec& o, bool plural) {
 }
 
 // "" when `v` is a valid value of `o`, else what was expected.
-std::string check_value(const OptionSpec& o, const nlohmann::json& v) {
+std::string check_value(const OptionDef& o, const nlohmann::json& v) {
   const std::string bound = o.min ? " >= " + nlohmann::json(*o.min).dump() : "";
   switch (o.type) {
     case OptionType::kBool:
@@ -60,7 +60,7 @@ std::string check_value(const OptionSpec& o, const nlohmann::json& v) {
   return "unknown option type";
 }
 
-bool reads_mode(const OptionSpec& o, Mode m) {
+bool reads_mode(const OptionDef& o, Mode m) {
   return o.modes.empty() || std::find(o.modes.begin(), o.modes.end(), m) != o.modes.end();
 }
 
@@ -102,7 +102,7 @@ SourceLoc BackendOptions::loc(const std::string& name) const {
   return it == locs_.end() ? section_ : it->second;
 }
 
-BackendOptions resolve_options(const std::vector<OptionSpec>& schema, const nlohmann::json& kwargs,
+BackendOptions resolve_options(const std::vector<OptionDef>& schema, const nlohmann::json& kwargs,
                                Mode mode, const std::string& who,
                                const std::map<std::string, SourceLoc>& locs,
                                const SourceLoc& fallback) {
@@ -122,7 +122,7 @@ BackendOptions resolve_options(const std::vector<OptionSpec>& schema, const nloh
     for (const auto& [name, v] : kwargs.items()) {
       const std::string k = BackendOptions::key(name);
       auto it = std::find_if(schema.begin(), schema.end(),
-                             [&](const OptionSpec& o) { return o.name == name; });
+                             [&](const OptionDef& o) { return o.name == name; });
       if (it == schema.end())
         throw SpecError(loc_of(k), k + ": unknown key for " + who + " (accepted: " +
                                        (names.empty() ? "none" : join(names)) + ")" +
@@ -142,7 +142,7 @@ BackendOptions resolve_options(const std::vector<OptionSpec>& schema, const nloh
   return BackendOptions(std::move(values), std::move(given), loc_of(section));
 }
 
-nlohmann::json options_to_json(const std::vector<OptionSpec>& schema) {
+nlohmann::json options_to_json(const std::vector<OptionDef>& schema) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& o : schema) {
     nlohmann::json j{{"name", o.name},
@@ -160,7 +160,7 @@ nlohmann::json options_to_json(const std::vector<OptionSpec>& schema) {
   return a;
 }
 
-std::string validate_option_schema(const std::vector<OptionSpec>& schema) {
+std::string validate_option_schema(const std::vector<OptionDef>& schema) {
   std::set<std::string> seen;
   for (const auto& o : schema) {
     if (o.name.empty()) return "an option without a name";

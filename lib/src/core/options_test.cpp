@@ -10,7 +10,7 @@ using tq::OptionType;
 
 namespace {
 
-std::vector<tq::OptionSpec> schema() {
+std::vector<tq::OptionDef> schema() {
   return {{"engine", OptionType::kString, nullptr, {"onednn", "qnnpack"}, std::nullopt, "engine", {}},
           {"check", OptionType::kBool, true, {}, std::nullopt, "check", {Mode::kStatic}},
           {"sizes", OptionType::kIntList, nlohmann::json::array({1, 32}), {}, 1.0, "sizes", {}},
