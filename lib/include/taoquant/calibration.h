@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/ivalue.h>
+
 #include "taoquant/backend.h"
 #include "taoquant/observer.h"
 

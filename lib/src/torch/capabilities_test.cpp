@@ -57,10 +57,11 @@ TEST_CASE("capabilities: a mode table inherits the backend-wide lists", "[capabi
   st.layer_kinds = {LayerKind::kLinear};
   c.per_mode = {st};
   auto s = c.for_mode(Mode::kStatic);
-  CHECK(s.weight_dtypes == std::vector<DType>{DType::kInt8});
-  CHECK(s.activation_dtypes == std::vector<DType>{DType::kInt8});
-  CHECK(s.layer_kinds == std::vector<LayerKind>{LayerKind::kLinear});
-  CHECK(s.granularities == std::vector<Granularity>{Granularity::kPerTensor});
+  using Names = std::vector<std::string>;
+  CHECK(tq::names_of(s.weight_dtypes) == Names{"int8"});
+  CHECK(tq::names_of(s.activation_dtypes) == Names{"int8"});
+  CHECK(tq::names_of(s.layer_kinds) == Names{"Linear"});
+  CHECK(tq::names_of(s.granularities) == Names{"per_tensor"});
   auto w = c.for_mode(Mode::kWeightOnly);
   CHECK(w.weight_dtypes.size() == 2);
   CHECK(w.activation_dtypes.empty());  // weight-only quantizes no activation
