@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/testing/file_check.h>
+#include <torch/jit.h>
 #include <torch/script.h>
 
 #include "taoquant/calibration.h"
@@ -132,16 +133,16 @@ TEST_CASE("jit complete_unused_instances: DenseNet blocks sharing a type", "[jit
   SECTION("an unused instance gets its sibling's values") {
     Tree t(kUsesA);
     t.a.register_attribute("_scale", c10::FloatType::get(), 0.5);
-    REQUIRE_FALSE(t.b.hasattr("_scale"));
+    REQUIRE(t.b._ivalue()->slots().size() < t.b.type()->numAttributes());
     CHECK(jit::complete_unused_instances(t.root).empty());
-    REQUIRE(t.b.hasattr("_scale"));
+    REQUIRE(t.b._ivalue()->slots().size() == t.b.type()->numAttributes());
     CHECK(t.b.attr("_scale").toDouble() == 0.5);
   }
   SECTION("a used incomplete instance is returned") {
     Tree t(kUsesAB);
     t.a.register_attribute("_scale", c10::FloatType::get(), 0.5);
     CHECK(jit::complete_unused_instances(t.root) == std::vector<std::string>{"b"});
-    CHECK_FALSE(t.b.hasattr("_scale"));
+    CHECK(t.b._ivalue()->slots().size() < t.b.type()->numAttributes());  // left as it was
   }
 }
 
@@ -285,7 +286,7 @@ TEST_CASE("jit quantization passes: observers, quant-dequant and finalize on a L
   qc[""] = std::make_tuple(table.make_module(table.add_template(minmax_template())),
                            table.make_module(table.add_template(w)));
   Module observed = jit::insert_observers(net, qc, jit::QuantMode::kStatic);
-  FileCheck().check("prim::CallMethod")->check("_observer_")->run(*jit::inlined_graph(observed));
+  FileCheck().check("taoquant::observe")->run(*jit::inlined_graph(observed));
   table.bind(observed);
   REQUIRE(table.find_label("fc:weight"));
   tq::NoGraphOptimization no_opt;
