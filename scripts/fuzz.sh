@@ -37,6 +37,8 @@ CCACHE_DISABLE=1 cmake --build "${FUZZ_DIR}" -j"${JOBS:-1}" --target "${targets[
 seed() {
   local name=$1 dir="${FUZZ_DIR}/corpus/$1"
   mkdir -p "${dir}"
+  # Inputs that once found a bug (tests/fuzz/regressions/NAME_*).
+  find tests/fuzz/regressions -name "${name}_*" -exec cp -n {} "${dir}/" \;
   case "${name}" in
     spec | manifest)
       find specs tests/data/yaml_corpus -name '*.yaml' -size -64k -exec cp -n {} "${dir}/" \; ;;

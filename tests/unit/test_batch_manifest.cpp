@@ -217,6 +217,18 @@ TEST_CASE("batch manifest errors: located, with the fix", "[batch]") {
   f = fail_of(d, "jobs:\n  - spec: [unclosed\n");
   CHECK(f.code == tq::ExitCode::kUsage);
 
+  // Brace groups multiply: 11 of them would be 2048 patterns (and 20,000
+  // used to take exponential time and memory).
+  for (int groups : {11, 20000}) {
+    std::string models;
+    for (int i = 0; i < groups; ++i) models += "{a,b}";
+    f = fail_of(d, "jobs:\n  - template: specs/int8.yaml\n    models: models/" + models + ".pt\n");
+    CHECK(f.loc.line == 3);
+    CHECK_THAT(f.msg, Contains("expands to more than 1000 patterns"));
+  }
+  f = fail_of(d, "jobs:\n  - template: specs/int8.yaml\n    models: models/{a,{b,c}}.pt\n");
+  CHECK(f.code == tq::ExitCode::kOk);  // nested groups: 3 patterns, each matches
+
   try {
     tq::load_manifest(d / "missing.yaml");
     FAIL("no error");

@@ -71,3 +71,10 @@ TEST_CASE("npy header: shapes whose size overflows", "[npy]") {
   CHECK_THROWS_WITH(parse("<f4", "(99999999999999999999, 1)"), Contains("bad NPY shape"));
   CHECK_THROWS_WITH(parse("<f4", "(-1, 1)"), Contains("bad NPY shape"));
 }
+
+TEST_CASE("npy header: dtype sizes that do not fit an int (fuzzer finding)", "[npy]") {
+  // numpy_name() multiplied a 16-digit size by 8 in an int.
+  CHECK_THROWS_WITH(parse("<i2111111111111111", "(1,)"),
+                    Contains("unsupported dtype <i2111111111111111 ('<i2111111111111111')"));
+  CHECK_THROWS_WITH(parse("<f2", "(1,)"), Contains("unsupported dtype float16 ('<f2')"));
+}

@@ -5,6 +5,7 @@
 
 #include "taoquant/spec.h"
 
+using Catch::Matchers::Contains;
 using tq::parse_spec_text;
 
 namespace {
@@ -160,4 +161,49 @@ quantize:
   s = parse("", {"quantize.model_path=a.pt", "quantize.model_path=b.pt", "evaluate.batch_size=8"});
   CHECK(s.quantize.model_path == "b.pt");
   CHECK(s.evaluate.batch_size == 8);
+}
+
+TEST_CASE("spec interpolation: limits on what references build", "[spec]") {
+  auto fail_of = [](const std::string& text) -> std::pair<int, std::string> {
+    try {
+      tq::parse_spec_text(text, "spec.yaml", {});
+    } catch (const tq::SpecError& e) {
+      return {e.loc().line, e.what()};
+    }
+    return {0, "<accepted>"};
+  };
+  // Each line doubles the text: 2^40 x 16 characters without a limit.
+  std::string doubling;
+  for (int i = 0; i < 40; ++i)
+    doubling += "k" + std::to_string(i) + ": \"${k" + std::to_string(i + 1) + "}${k" +
+                std::to_string(i + 1) + "}\"\n";
+  doubling += "k40: xxxxxxxxxxxxxxxx\nresults_dir: ${k0}\n";
+  auto f = fail_of(doubling);
+  CHECK(f.first > 0);
+  CHECK_THAT(f.second, Contains("interpolation makes a value of") &&
+                           Contains("characters (at most 1000000)"));
+  // The same with lists: the copies double.
+  std::string lists;
+  for (int i = 0; i < 40; ++i)
+    lists += "k" + std::to_string(i) + ": [\"${k" + std::to_string(i + 1) + "}\", \"${k" +
+             std::to_string(i + 1) + "}\"]\n";
+  lists += "k40: [a, b]\nresults_dir: x\n";
+  f = fail_of(lists);
+  CHECK_THAT(f.second, Contains("interpolation builds more than 20000000"));
+  // A chain of 1000 references: an error, not a stack overflow.
+  std::string chain;
+  for (int i = 0; i < 1000; ++i)
+    chain += "k" + std::to_string(i) + ": ${k" + std::to_string(i + 1) + "}\n";
+  chain += "k1000: end\n";
+  f = fail_of(chain);
+  CHECK_THAT(f.second, Contains("interpolation nested deeper than 256 references"));
+  // A deep list copied into a deep place would nest past the reader's limit.
+  const std::string deep(250, '[');
+  f = fail_of("a: " + deep + std::string(250, ']') + "\nb: [[[[[[[[[[\"${a}\"]]]]]]]]]]\n");
+  CHECK(f.first == 2);
+  CHECK_THAT(f.second, Contains("b.0.0.0.0.0.0.0.0.0.0: interpolation makes lists and maps nest "
+                                "deeper than 256 levels"));
+  // Within the limits, all of it works.
+  CHECK(fail_of("a: [1, 2]\nb: [\"${a}\", \"${a}\"]\nc: ${b}\nresults_dir: ${c.0.1}\n").second ==
+        "<accepted>");
 }

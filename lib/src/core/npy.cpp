@@ -50,8 +50,11 @@ constexpr const char* kSupported = "float32, float64, uint8, int32, int64";
 std::string numpy_name(const std::string& descr) {
   if (descr.size() < 2) return descr;
   char kind = descr[1];
-  std::string size = descr.substr(2);
-  int n = std::atoi(size.c_str());
+  const std::string size = descr.substr(2);
+  // A byte count as numpy writes it (1 to 4 digits); anything else as written.
+  if (size.empty() || size.size() > 4 || size.find_first_not_of("0123456789") != std::string::npos)
+    return descr;
+  const int n = std::stoi(size);
   switch (kind) {
     case 'f':
       return "float" + std::to_string(n * 8);

@@ -48,6 +48,10 @@ class Resolver {
       const Frame& top = stack_.back();
       throw SpecError(top.node->loc, top.path + ": interpolation cycle: " + chain + path);
     }
+    if (stack_.size() >= kMaxChain)
+      fail(n, path,
+           "interpolation nested deeper than " + std::to_string(kMaxChain) +
+               " references (${a} refers to ${b}, which refers to ...)");
     stack_.push_back({&n, path});
     struct Pop {
       std::vector<Frame>& s;
@@ -57,12 +61,18 @@ class Resolver {
     std::vector<Segment> segs = split(n.text, n, path);
     if (segs.size() == 1 && segs[0].interp) {
       NodePtr v = eval(segs[0].text, n, path);
+      check_copy(*v, n, path);
       SourceLoc loc = n.loc;
       n = *deep_copy(*v);
       n.loc = loc;
     } else {
       bool missing = false;
       std::string text = join(segs, n, path, &missing);
+      if (text.size() > kMaxText)
+        fail(n, path,
+             "interpolation makes a value of " + std::to_string(text.size()) +
+                 " characters (at most " + std::to_string(kMaxText) + ")");
+      charge(text.size(), n, path);
       n.kind = Node::Kind::kScalar;
       n.text = missing ? kMissingText : text;
       n.quoted = !missing;
@@ -75,6 +85,50 @@ class Resolver {
     const Node* node;
     std::string path;
   };
+
+  // What interpolation may build: a few lines of ${} can otherwise double a
+  // value (or a copied list or map) per line.
+  static constexpr size_t kMaxChain = 256;       // references inside references
+  static constexpr size_t kMaxText = 1000000;    // characters in one value
+  static constexpr size_t kMaxBuilt = 20000000;  // characters and copied nodes in all
+
+  void charge(size_t n, const Node& at, const std::string& path) {
+    built_ += n;
+    if (built_ > kMaxBuilt)
+      fail(at, path,
+           "interpolation builds more than " + std::to_string(kMaxBuilt) +
+               " characters and values in all (references that double a value?)");
+  }
+
+  // Levels below `n` and nodes in it (the tree is at most kMaxYamlDepth deep).
+  static void measure(const Node& n, int& height, size_t& count) {
+    ++count;
+    int below = 0;
+    for (const auto& item : n.items) {
+      int h = 0;
+      measure(*item, h, count);
+      below = std::max(below, h + 1);
+    }
+    for (const auto& e : n.entries) {
+      int h = 0;
+      measure(*e.value, h, count);
+      below = std::max(below, h + 1);
+    }
+    height = below;
+  }
+
+  // A referenced list or map copied to `path` keeps the tree within limits.
+  void check_copy(const Node& v, const Node& at, const std::string& path) {
+    int height = 0;
+    size_t count = 0;
+    measure(v, height, count);
+    const int depth = path.empty() ? 0 : static_cast<int>(split_path(path).size());
+    if (depth + height > kMaxYamlDepth)
+      fail(at, path,
+           "interpolation makes lists and maps nest deeper than " + std::to_string(kMaxYamlDepth) +
+               " levels");
+    charge(count, at, path);
+  }
 
   [[noreturn]] void fail(const Node& at, const std::string& path, const std::string& msg) const {
     throw SpecError(at.loc, path + ": " + msg);
@@ -268,6 +322,7 @@ class Resolver {
 
   Node& root_;
   std::vector<Frame> stack_;
+  size_t built_ = 0;
   std::set<std::string> referenced_;  // top-level keys used by references
 };
 

@@ -197,9 +197,15 @@ void require_file(const std::string& path, const std::string& written, const std
     fail(n.loc, key, quote_value(written) + " is a directory, expected a spec file" + rel);
 }
 
+// A pattern expands to at most this many (`{a,b}{c,d}...` doubles each
+// time), through at most kMaxBraceDepth groups.
+constexpr size_t kMaxBraceExpansions = 1000;
+constexpr int kMaxBraceDepth = 32;
+
 // "a{b,c{d,e}}f" -> {"abf", "acdf", "acef"}; text without a complete brace
-// group is kept as written.
-std::vector<std::string> expand_braces(const std::string& s) {
+// group is kept as written. Past the limits, returns kMaxBraceExpansions + 1
+// results (the caller reports that).
+std::vector<std::string> expand_braces(const std::string& s, int level = 0) {
   size_t open = std::string::npos, close = std::string::npos;
   std::vector<size_t> commas;
   int depth = 0;
@@ -219,12 +225,16 @@ std::vector<std::string> expand_braces(const std::string& s) {
     }
   }
   if (close == std::string::npos) return {s};
+  if (level >= kMaxBraceDepth) return std::vector<std::string>(kMaxBraceExpansions + 1);
   std::vector<std::string> out;
   size_t start = open + 1;
   commas.push_back(close);
   for (size_t c : commas) {
     const std::string alt = s.substr(0, open) + s.substr(start, c - start) + s.substr(close + 1);
-    for (auto& x : expand_braces(alt)) out.push_back(std::move(x));
+    for (auto& x : expand_braces(alt, level + 1)) {
+      out.push_back(std::move(x));
+      if (out.size() > kMaxBraceExpansions) return out;
+    }
     start = c + 1;
   }
   return out;
@@ -239,7 +249,13 @@ std::vector<std::string> expand_models(const Node& n, const std::string& path,
   const std::string rel = dir.empty() ? "" : " (relative to the manifest's directory " + dir + ")";
   for (size_t i = 0; i < written.size(); ++i) {
     const Node& at = n.is_list() ? *n.items[i] : n;
-    for (const std::string& one : expand_braces(written[i])) {
+    const std::vector<std::string> patterns = expand_braces(written[i]);
+    if (patterns.size() > kMaxBraceExpansions)
+      fail(at.loc, path,
+           quote_value(written[i]) + " expands to more than " +
+               std::to_string(kMaxBraceExpansions) + " patterns (or nests more than " +
+               std::to_string(kMaxBraceDepth) + " brace groups); list the models instead");
+    for (const std::string& one : patterns) {
       const std::string pattern = join_dir(dir, one);
       glob_t g{};
       const int rc = ::glob(pattern.c_str(), GLOB_TILDE, nullptr, &g);
