@@ -34,7 +34,7 @@ std::string apply_static_activation_default(tq::Spec& spec) {
          " (set quantize.default_activation_dtype to choose)";
 }
 
-std::string native_activation_warning(const tq::Spec& spec, const tq::Plan& plan) {
+std::string native_activation_warning(const tq::Plan& plan) {
   if (plan.mode != tq::Mode::kStatic) return "";
   for (const auto& l : plan.layers)
     if (l.quantized() && l.activations.quantized()) return "";

@@ -79,7 +79,7 @@ std::string write_html(const Options& o, HtmlKind kind, const nlohmann::json& re
 // returns the one-line note ("" when unchanged).
 std::string apply_static_activation_default(tq::Spec& spec);
 // A warning when a static_ptq plan quantizes no activation ("" otherwise).
-std::string native_activation_warning(const tq::Spec& spec, const tq::Plan& plan);
+std::string native_activation_warning(const tq::Plan& plan);
 // "int8 activations run as uint8 by the engine", once.
 std::vector<std::string> activation_notes(const tq::QuantizeOutcome& out);
 

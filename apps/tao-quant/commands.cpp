@@ -63,11 +63,10 @@ tq::Spec load_quantize_spec(const Options& o, std::string* note = nullptr) {
 
 // Notes and the native-activation warning: printed under the summary and
 // added to the report (rewritten when they change it).
-std::string add_activation_notes(const tq::Spec& spec, tq::QuantizeOutcome& out,
-                                 const std::string& default_note) {
+std::string add_activation_notes(tq::QuantizeOutcome& out, const std::string& default_note) {
   std::vector<std::string> notes = activation_notes(out);
   if (!default_note.empty()) notes.insert(notes.begin(), default_note);
-  const std::string warning = native_activation_warning(spec, out.plan);
+  const std::string warning = native_activation_warning(out.plan);
   if (notes.empty() && warning.empty()) return "";
   std::string text;
   for (const auto& n : notes) text += "note:    " + n + "\n";
@@ -86,7 +85,7 @@ int run_quantize(Options& o) {
   if (o.dry_run) {
     auto out = tq::run_inspect(spec, quantize_options(o));
     std::cout << (o.json ? out.to_json().dump(2) + "\n" : tq::format_plan_table(out.plan));
-    const std::string w = native_activation_warning(spec, out.plan);
+    const std::string w = native_activation_warning(out.plan);
     if (!o.json && !w.empty()) std::cout << "warning: " << w << "\n";
     return 0;
   }
@@ -101,7 +100,7 @@ int run_quantize(Options& o) {
     if (!o.quiet && !o.json) std::cout << tq::format_layer_line(r, i, total, width) << std::endl;
   };
   auto out = tq::run_quantize(spec, qo);
-  const std::string notes = add_activation_notes(spec, out, default_note);
+  const std::string notes = add_activation_notes(out, default_note);
   const std::string html = write_html(o, HtmlKind::kQuantize, out.report, out.report_path);
   if (o.json)
     std::cout << out.report.dump(2) << "\n";
@@ -121,7 +120,7 @@ int run_inspect(Options& o) {
     if (out.backend.requested != out.backend.info->name)
       std::cout << " (" << out.backend.info->name << ")";
     std::cout << ", model " << out.model_path << "\n\n" << tq::format_plan_table(out.plan);
-    const std::string w = native_activation_warning(spec, out.plan);
+    const std::string w = native_activation_warning(out.plan);
     if (!w.empty()) std::cout << "warning: " << w << "\n";
   }
   return 0;

@@ -165,7 +165,7 @@ TEST_CASE("CLI: static_ptq without an activation dtype defaults to int8, run as 
 }
 
 TEST_CASE("CLI: --no-html, before or after the subcommand", "[cli][html]") {
-  for (const std::string& where : {"before", "after"}) {
+  for (const std::string where : {"before", "after"}) {
     const fs::path dir = out_dir("nohtml-" + where);
     const std::string spec = (dir / "spec.yaml").string();
     std::ofstream(spec) << "results_dir: " << dir.string()

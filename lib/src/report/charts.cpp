@@ -10,7 +10,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kCharW = 7.0;  // monospace 11px: 0.6em per character, and a margin
+constexpr double kCharW = 7.6;  // monospace 11px is 0.6em (6.6 px) a character; fallbacks are wider
 
 double round1(double v) {
   return std::round(v * 10.0) / 10.0;
@@ -20,6 +20,12 @@ double round1(double v) {
 std::string clip_label(const std::string& s, size_t max_chars) {
   if (s.size() <= max_chars) return s;
   return "\u2026" + s.substr(s.size() - (max_chars - 1));
+}
+
+// Keeps the head of a long note ("kept float: int8 slower than…").
+std::string clip_tail(const std::string& s, size_t max_chars) {
+  if (s.size() <= max_chars) return s;
+  return s.substr(0, max_chars - 1) + "\u2026";
 }
 
 struct Scale {
@@ -115,16 +121,20 @@ json horizontal_bars(const std::vector<BarRow>& rows, const std::string& unit) {
   }
   const auto ticks = nice_domain(lo, hi, 6);
   const double row_h = 18, top = 8, left = std::ceil(double(chars) * kCharW) + 12;
-  const double plot_w = 420, note_w = 250;
+  const double plot_w = 420, note_w = 370;  // notes: at most 56 characters
   const double bottom = top + row_h * double(rows.size());
   const Scale sx{lo, hi, left, left + plot_w};
   json out_rows = json::array();
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     const double y = top + row_h * double(i);
-    json row{
-        {"label", clip_label(r.label, 36)},   {"title", r.label}, {"lx", left - 6}, {"ly", y + 13},
-        {"css", r.css.empty() ? "q" : r.css}, {"note", r.note}};
+    json row{{"label", clip_label(r.label, 36)},
+             {"title", r.label},
+             {"lx", left - 6},
+             {"ly", y + 13},
+             {"css", r.css.empty() ? "q" : r.css},
+             {"note", clip_tail(r.note, 56)},
+             {"full_note", r.note}};
     const double x0 = sx(std::max(lo, 0.0));
     const double x1 = r.value ? sx(*r.value) : sx(hi);
     row["x"] = std::min(x0, x1);
