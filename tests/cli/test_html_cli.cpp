@@ -223,7 +223,7 @@ TEST_CASE("HTML: a batch summary links each job's reports", "[cli][html][batch]"
   if (!have_browser()) return;
   const auto run = tqtest::dump_dom(html.string(), (dir / "chromium").string());
   CHECK(tqtest::count(run.dom, "<g class=\"pt\">") == 2);
-  CHECK_THAT(run.dom, Contains("<td class=\"mono\">cnn-s8</td>"));
+  CHECK_THAT(run.dom, Contains("<td class=\"mono nowrap\">cnn-s8</td>"));
   CHECK(run.page_requests.empty());
   tqtest::screenshot(html.string(), (dir / "batch.png").string(), 1280, 800,
                      (dir / "chromium").string());

@@ -235,10 +235,15 @@ json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::st
                       {"css", "s" + std::to_string(s)},
                       {"x", left + 120.0 * double(s)},
                       {"tx", left + 120.0 * double(s) + 14}});
-  return {{"width", width},       {"height", top + plot_h + 40},
-          {"groups", out},        {"ticks", axis_ticks_y(ticks, sy, left, width - 16)},
-          {"legend", legend},     {"unit", unit},
-          {"base", top + plot_h}, {"left", left},
+  return {{"width", width},
+          {"height", top + plot_h + 40},
+          {"groups", out},
+          {"ticks", axis_ticks_y(ticks, sy, left, width - 16)},
+          {"legend", legend},
+          {"unit", unit},
+          {"unit_y", top + plot_h + 34},
+          {"base", top + plot_h},
+          {"left", left},
           {"right", width - 16}};
 }
 
