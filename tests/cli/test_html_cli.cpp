@@ -157,7 +157,8 @@ TEST_CASE("CLI: static_ptq without an activation dtype defaults to int8, run as 
   std::snprintf(top1, sizeof top1, "%.2f", er["quantized"]["top1"].get<double>());
   CHECK_THAT(run.dom, Contains(std::string("<td class=\"n\">") + top1 + "</td>"));
   CHECK(tqtest::count(run.dom, "<svg") == 2);  // accuracy, latency
-  CHECK_THAT(run.dom, Contains("batch 32 ("));
+  CHECK_THAT(run.dom, Contains(">batch 32</text>"));
+  CHECK_THAT(run.dom, Contains("x faster</text>"));
   CHECK(run.page_requests.empty());
   tqtest::screenshot(ehtml.string(), (dir / "evaluate.png").string(), 1280, 900,
                      (dir / "chromium-eval").string());

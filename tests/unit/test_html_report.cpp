@@ -188,7 +188,8 @@ TEST_CASE("html evaluate and batch views", "[html]") {
   CHECK(e["gates"][1]["status"] == "FAIL");
   CHECK_FALSE(e["gates_passed"].get<bool>());
   REQUIRE(e["latency_chart"]["groups"].size() == 2);
-  CHECK(e["latency_chart"]["groups"][0]["label"] == "batch 1 (1.52x)");
+  CHECK(e["latency_chart"]["groups"][0]["label"] == "batch 1");
+  CHECK(e["latency_chart"]["groups"][0]["sublabel"] == "1.52x faster");
   CHECK(e["latency_chart"]["groups"][1]["bars"].size() == 2);
   const json b = tq::html_view_model(tq::HtmlReport::kBatch, batch_summary());
   REQUIRE(b["jobs"].size() == 3);

@@ -202,7 +202,7 @@ json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::st
       if (v) hi = std::max(hi, *v);
   double lo = 0;
   const auto ticks = nice_domain(lo, hi, 5);
-  const double left = 56, top = 24, plot_h = 170, bar_w = 34, gap = 26;
+  const double left = 56, top = 36, plot_h = 170, bar_w = 34, gap = 26;
   const double group_w = bar_w * double(series.size()) + gap;
   const double width = left + std::max(240.0, group_w * double(groups.size())) + 16;
   const Scale sy{0, hi, top + plot_h, top};
@@ -226,8 +226,10 @@ json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::st
     }
     out.push_back({{"bars", bars},
                    {"label", groups[g].label},
+                   {"sublabel", groups[g].sublabel},
                    {"lx", gx + bar_w * double(series.size()) / 2},
-                   {"ly", top + plot_h + 16}});
+                   {"ly", top + plot_h + 16},
+                   {"sy", top + plot_h + 30}});
   }
   json legend = json::array();
   for (size_t s = 0; s < series.size(); ++s)
@@ -236,12 +238,12 @@ json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::st
                       {"x", left + 120.0 * double(s)},
                       {"tx", left + 120.0 * double(s) + 14}});
   return {{"width", width},
-          {"height", top + plot_h + 40},
+          {"height", top + plot_h + 54},
           {"groups", out},
           {"ticks", axis_ticks_y(ticks, sy, left, width - 16)},
           {"legend", legend},
           {"unit", unit},
-          {"unit_y", top + plot_h + 34},
+          {"unit_y", top + plot_h + 48},
           {"base", top + plot_h},
           {"left", left},
           {"right", width - 16}};
