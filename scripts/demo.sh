@@ -10,7 +10,8 @@
 #   3. tao-quant quantize: weight-only (runs/demo/weight_only) and static
 #      (runs/demo/static), each writing quantize_report.{json,html}
 #   4. scripts/eval_torch.py on the float model and both artifacts
-# Environment: BUILD_DIR (default build/), THREADS (default 2).
+# Environment: BUILD_DIR (default build/), THREADS (default 2), SETUP=0
+#              skips step 1 (a tree that is already built).
 # Works from any directory: it runs from the repository root, where the
 # spec's relative paths (models/...) point.
 set -euo pipefail
@@ -28,8 +29,10 @@ T0=${SECONDS}
 
 step() { printf '\n==> %s [%ds]\n' "$*" "$((SECONDS - T0))"; }
 
-step "setup (packages, build tao-quant only)"
-bash scripts/setup.sh --demo
+if [[ "${SETUP:-1}" != 0 ]]; then
+  step "setup (packages, build tao-quant only)"
+  bash scripts/setup.sh --demo
+fi
 
 step "demo model (Fashion-MNIST CNN, cached in models/)"
 bash scripts/models/make_test_models.sh models fmnist

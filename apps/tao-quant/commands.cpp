@@ -63,8 +63,7 @@ tq::Spec load_quantize_spec(const Options& o, std::string* note = nullptr) {
 
 // Notes and the native-activation warning: printed under the summary and
 // added to the report (rewritten when they change it).
-std::string add_activation_notes(tq::QuantizeOutcome& out,
-                                 const std::string& default_note) {
+std::string add_activation_notes(tq::QuantizeOutcome& out, const std::string& default_note) {
   std::vector<std::string> notes;
   if (!default_note.empty()) notes.push_back(default_note);
   const std::string warning = native_activation_warning(out.plan);

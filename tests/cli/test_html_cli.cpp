@@ -159,7 +159,8 @@ TEST_CASE("CLI: static_ptq without an activation dtype defaults to int8, run as 
   std::snprintf(top1, sizeof top1, "%.2f", er["quantized"]["top1"].get<double>());
   CHECK_THAT(run.dom, Contains(std::string("<td class=\"n\">") + top1 + "</td>"));
   CHECK(tqtest::count(run.dom, "<svg") == 2);  // accuracy, latency
-  CHECK_THAT(run.dom, Contains("batch 32 ("));
+  CHECK_THAT(run.dom, Contains(">batch 32</text>"));
+  CHECK_THAT(run.dom, Contains("x faster</text>"));
   CHECK(run.page_requests.empty());
   tqtest::screenshot(ehtml.string(), (dir / "evaluate.png").string(), 1280, 900,
                      (dir / "chromium-eval").string());
@@ -225,7 +226,7 @@ TEST_CASE("HTML: a batch summary links each job's reports", "[cli][html][batch]"
   if (!have_browser()) return;
   const auto run = tqtest::dump_dom(html.string(), (dir / "chromium").string());
   CHECK(tqtest::count(run.dom, "<g class=\"pt\">") == 2);
-  CHECK_THAT(run.dom, Contains("<td class=\"mono\">cnn-s8</td>"));
+  CHECK_THAT(run.dom, Contains("<td class=\"mono nowrap\">cnn-s8</td>"));
   CHECK(run.page_requests.empty());
   tqtest::screenshot(html.string(), (dir / "batch.png").string(), 1280, 800,
                      (dir / "chromium").string());

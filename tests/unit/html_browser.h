@@ -78,8 +78,9 @@ inline BrowserRun dump_dom(const std::string& html, const std::string& scratch) 
 inline void screenshot(const std::string& html, const std::string& png, int width, int height,
                        const std::string& scratch) {
   browse(html, scratch,
-         "--hide-scrollbars --force-device-scale-factor=1 --window-size=" + std::to_string(width) +
-             "," + std::to_string(height) + " --screenshot='" + png + "'");
+         "--hide-scrollbars --force-device-scale-factor=1 --virtual-time-budget=3000 "
+         "--window-size=" +
+             std::to_string(width) + "," + std::to_string(height) + " --screenshot='" + png + "'");
 }
 
 // src=, href= or url( that point off the file (http:, https:, //host).

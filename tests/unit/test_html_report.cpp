@@ -188,13 +188,14 @@ TEST_CASE("html evaluate and batch views", "[html]") {
   CHECK(e["gates"][1]["status"] == "FAIL");
   CHECK_FALSE(e["gates_passed"].get<bool>());
   REQUIRE(e["latency_chart"]["groups"].size() == 2);
-  CHECK(e["latency_chart"]["groups"][0]["label"] == "batch 1 (1.52x)");
+  CHECK(e["latency_chart"]["groups"][0]["label"] == "batch 1");
+  CHECK(e["latency_chart"]["groups"][0]["sublabel"] == "1.52x faster");
   CHECK(e["latency_chart"]["groups"][1]["bars"].size() == 2);
   const json b = tq::html_view_model(tq::HtmlReport::kBatch, batch_summary());
   REQUIRE(b["jobs"].size() == 3);
   CHECK(b["jobs"][2]["status_css"] == "fail");
-  REQUIRE(b["scatter"]["points"].size() == 2);  // the failed job has no numbers
-  CHECK(b["scatter"]["points"][0]["label"] == "#1");
+  REQUIRE(b["scatter_chart"]["points"].size() == 2);  // the failed job has no numbers
+  CHECK(b["scatter_chart"]["points"][0]["label"] == "#1");
   const std::string html = tq::render_html_report(tq::HtmlReport::kEvaluate, evaluate_report());
   CHECK(tqtest::count(html, "badge fail") == 2);  // the gate and the header
   CHECK(tqtest::external_references(html) == 0);
@@ -210,6 +211,7 @@ TEST_CASE("html batch summary links the job reports that exist", "[html]") {
   CHECK(path == (dir / "batch_summary.html").string());
   const std::string html = tqtest::read_text(path);
   CHECK(tqtest::count(html, "<a href=") == 1);
+  CHECK(tqtest::count(html, "<g class=\"pt\">") == 2);  // the scatter's points
   CHECK_THAT(html, Contains("href=\"cnn_int8/quantize_report.html\""));
 }
 

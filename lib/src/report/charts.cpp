@@ -10,7 +10,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kCharW = 7.0;  // monospace 11px: 0.6em per character, and a margin
+constexpr double kCharW = 7.6;  // monospace 11px is 0.6em (6.6 px) a character; fallbacks are wider
 
 double round1(double v) {
   return std::round(v * 10.0) / 10.0;
@@ -20,6 +20,12 @@ double round1(double v) {
 std::string clip_label(const std::string& s, size_t max_chars) {
   if (s.size() <= max_chars) return s;
   return "\u2026" + s.substr(s.size() - (max_chars - 1));
+}
+
+// Keeps the head of a long note ("kept float: int8 slower than…").
+std::string clip_tail(const std::string& s, size_t max_chars) {
+  if (s.size() <= max_chars) return s;
+  return s.substr(0, max_chars - 1) + "\u2026";
 }
 
 struct Scale {
@@ -115,16 +121,20 @@ json horizontal_bars(const std::vector<BarRow>& rows, const std::string& unit) {
   }
   const auto ticks = nice_domain(lo, hi, 6);
   const double row_h = 18, top = 8, left = std::ceil(double(chars) * kCharW) + 12;
-  const double plot_w = 420, note_w = 250;
+  const double plot_w = 420, note_w = 370;  // notes: at most 56 characters
   const double bottom = top + row_h * double(rows.size());
   const Scale sx{lo, hi, left, left + plot_w};
   json out_rows = json::array();
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     const double y = top + row_h * double(i);
-    json row{
-        {"label", clip_label(r.label, 36)},   {"title", r.label}, {"lx", left - 6}, {"ly", y + 13},
-        {"css", r.css.empty() ? "q" : r.css}, {"note", r.note}};
+    json row{{"label", clip_label(r.label, 36)},
+             {"title", r.label},
+             {"lx", left - 6},
+             {"ly", y + 13},
+             {"css", r.css.empty() ? "q" : r.css},
+             {"note", clip_tail(r.note, 56)},
+             {"full_note", r.note}};
     const double x0 = sx(std::max(lo, 0.0));
     const double x1 = r.value ? sx(*r.value) : sx(hi);
     row["x"] = std::min(x0, x1);
@@ -192,7 +202,7 @@ json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::st
       if (v) hi = std::max(hi, *v);
   double lo = 0;
   const auto ticks = nice_domain(lo, hi, 5);
-  const double left = 56, top = 24, plot_h = 170, bar_w = 34, gap = 26;
+  const double left = 56, top = 36, plot_h = 170, bar_w = 34, gap = 26;
   const double group_w = bar_w * double(series.size()) + gap;
   const double width = left + std::max(240.0, group_w * double(groups.size())) + 16;
   const Scale sy{0, hi, top + plot_h, top};
@@ -216,8 +226,10 @@ json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::st
     }
     out.push_back({{"bars", bars},
                    {"label", groups[g].label},
+                   {"sublabel", groups[g].sublabel},
                    {"lx", gx + bar_w * double(series.size()) / 2},
-                   {"ly", top + plot_h + 16}});
+                   {"ly", top + plot_h + 16},
+                   {"sy", top + plot_h + 30}});
   }
   json legend = json::array();
   for (size_t s = 0; s < series.size(); ++s)
@@ -225,10 +237,15 @@ json grouped_bars(const std::vector<BarGroup>& groups, const std::vector<std::st
                       {"css", "s" + std::to_string(s)},
                       {"x", left + 120.0 * double(s)},
                       {"tx", left + 120.0 * double(s) + 14}});
-  return {{"width", width},       {"height", top + plot_h + 40},
-          {"groups", out},        {"ticks", axis_ticks_y(ticks, sy, left, width - 16)},
-          {"legend", legend},     {"unit", unit},
-          {"base", top + plot_h}, {"left", left},
+  return {{"width", width},
+          {"height", top + plot_h + 54},
+          {"groups", out},
+          {"ticks", axis_ticks_y(ticks, sy, left, width - 16)},
+          {"legend", legend},
+          {"unit", unit},
+          {"unit_y", top + plot_h + 48},
+          {"base", top + plot_h},
+          {"left", left},
           {"right", width - 16}};
 }
 

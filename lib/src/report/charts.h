@@ -36,6 +36,7 @@ nlohmann::json histogram(const std::vector<double>& counts, double lo, double hi
 // Groups of bars (e.g. float vs quantized per batch size).
 struct BarGroup {
   std::string label;
+  std::string sublabel;                       // a second line under the label (e.g. the speed-up)
   std::vector<std::optional<double>> values;  // one per series
 };
 nlohmann::json grouped_bars(const std::vector<BarGroup>& groups,

@@ -97,8 +97,12 @@ nlohmann::json html_view_model(HtmlReport kind, const nlohmann::json& report) {
 
 std::string render_html_report(HtmlReport kind, const nlohmann::json& report) {
   const auto& all = templates();
-  mus::data data = to_data(html_view_model(kind, report));
+  const nlohmann::json view = html_view_model(kind, report);
+  mus::data data = to_data(view);
   for (const auto& [name, text] : all) {
+    // Partials live in the same namespace as the view's top-level keys.
+    if (view.contains(name))
+      throw RuntimeError("HTML view key '" + name + "' hides the template of that name");
     const std::string copy = text;
     data.set(name, mus::partial{[copy] { return copy; }});
   }

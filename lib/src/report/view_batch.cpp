@@ -54,21 +54,22 @@ json batch(const json& s) {
   std::string shard = str(sh, "count") == "1" || sh.is_null()
                           ? "none"
                           : str(sh, "index") + " of " + str(sh, "count");
-  return {
-      {"heading", "Batch summary"}, {"title", "tao-quant batch: " + str(m, "name")},
-      {"summary", json::array({{{"k", "manifest"}, {"v", str(m, "path")}},
-                               {{"k", "jobs"}, {"v", str(t, "jobs")}},
-                               {{"k", "passed"}, {"v", str(t, "passed")}},
-                               {{"k", "failed"}, {"v", str(t, "failed")}},
-                               {{"k", "gate failures"}, {"v", str(t, "gate_failures")}},
-                               {{"k", "skipped / resumed"},
-                                {"v", str(t, "skipped") + " / " + str(t, "resumed")}},
-                               {{"k", "shard"}, {"v", shard}},
-                               {{"k", "wall time"}, {"v", num(get(s, "wall_s"), 1) + " s"}}})},
-      {"jobs", rows},
-      {"scatter", points.empty() ? json(nullptr)
-                                 : charts::scatter(points, "speed-up (float / quantized latency)",
-                                                   "top-1 drop (pp)")}};
+  return {{"heading", "Batch summary"},
+          {"title", "tao-quant batch: " + str(m, "name")},
+          {"summary", json::array({{{"k", "manifest"}, {"v", str(m, "path")}},
+                                   {{"k", "jobs"}, {"v", str(t, "jobs")}},
+                                   {{"k", "passed"}, {"v", str(t, "passed")}},
+                                   {{"k", "failed"}, {"v", str(t, "failed")}},
+                                   {{"k", "gate failures"}, {"v", str(t, "gate_failures")}},
+                                   {{"k", "skipped / resumed"},
+                                    {"v", str(t, "skipped") + " / " + str(t, "resumed")}},
+                                   {{"k", "shard"}, {"v", shard}},
+                                   {{"k", "wall time"}, {"v", num(get(s, "wall_s"), 1) + " s"}}})},
+          {"jobs", rows},
+          {"scatter_chart", points.empty()
+                                ? json(nullptr)
+                                : charts::scatter(points, "speed-up (float / quantized latency)",
+                                                  "top-1 drop (pp)")}};
 }
 
 }  // namespace tq::html_view

@@ -80,7 +80,7 @@ json latency_chart(const json& r, const std::vector<std::string>& rs) {
   for (const auto& bs : sizes) {
     charts::BarGroup g;
     g.label = "batch " + bs;
-    if (get(speed, bs.c_str()).is_number()) g.label += " (" + num(speed[bs], 2) + "x)";
+    if (get(speed, bs.c_str()).is_number()) g.sublabel = num(speed[bs], 2) + "x faster";
     for (const auto& role : rs) {
       const json& v = get(get(get(get(r, role.c_str()), "latency_ms"), bs.c_str()), "median");
       g.values.push_back(v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt);

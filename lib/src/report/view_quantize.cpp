@@ -128,6 +128,18 @@ json timings(const json& report) {
   return {{"pipeline", out}, {"backend", steps}, {"has_backend", !steps.empty()}};
 }
 
+// The backend's whole-model latency check: "batch 1: 191.2 ms float, 24.8 ms quantized".
+std::string latency_text(const json& checks) {
+  std::string out;
+  for (const auto& c : checks) {
+    const json &f = get(c, "fp32_ms"), &q = get(c, "int8_ms");
+    if (!f.is_number() || !q.is_number()) continue;
+    out += (out.empty() ? "" : "; ") + std::string("batch ") + str(c, "batch_size") + ": " +
+           num(f, 1) + " ms float, " + num(q, 1) + " ms quantized";
+  }
+  return out;
+}
+
 json summary(const json& r) {
   const json& b = get(r, "backend");
   const json& t = get(r, "totals");
@@ -145,6 +157,8 @@ json summary(const json& r) {
        {{"k", "model file"},
         {"v", bytes(get(t, "file_bytes_before")) + " \u2192 " + bytes(get(t, "file_bytes_after")) +
                   " (" + num(get(t, "file_ratio"), 3) + "x)"}},
+       {{"k", "model latency"},
+        {"v", latency_text(get(get(get(r, "backend"), "meta"), "latency_check"))}},
        {{"k", "artifact"}, {"v", str(get(r, "artifact"), "path")}},
        {{"k", "spec"}, {"v", str(r, "spec_file")}},
        {{"k", "tool"},
@@ -157,7 +171,11 @@ json summary(const json& r) {
 json quantize(const json& r) {
   const json& layers = get(r, "layers").is_array() ? r["layers"] : json::array();
   json rows = json::array();
-  for (size_t i = 0; i < layers.size(); ++i) rows.push_back(layer_row(layers[i], i));
+  bool has_time = false;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    rows.push_back(layer_row(layers[i], i));
+    has_time = has_time || rows.back()["time"] != "-";
+  }
   json hist = histograms(layers);
   json notes = get(r, "notes").is_array() ? r["notes"] : json::array();
   return {{"heading", "Quantize report"}, {"title", "tao-quant quantize: " + str(get(r, "model"), "path")},
@@ -168,6 +186,7 @@ json quantize(const json& r) {
           {"notes", notes},
           {"has_notes", !notes.empty()},
           {"layers", rows},
+          {"has_time", has_time},
           {"num_layers", layers.size()},
           {"sqnr_chart", sqnr_chart(layers)},
           {"histograms", hist},
