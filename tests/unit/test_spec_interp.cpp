@@ -187,22 +187,23 @@ TEST_CASE("spec interpolation: limits on what references build", "[spec]") {
   for (int i = 0; i < 40; ++i)
     lists += "k" + std::to_string(i) + ": [\"${k" + std::to_string(i + 1) + "}\", \"${k" +
              std::to_string(i + 1) + "}\"]\n";
-  lists += "k40: [a, b]\nresults_dir: x\n";
+  lists += "k40: [a, b]\nquantize:\n  backend_kwargs: {x: \"${k0}\"}\n";
   f = fail_of(lists);
-  CHECK_THAT(f.second, Contains("interpolation builds more than 20000000"));
+  CHECK_THAT(f.second, Contains("interpolation builds more than 1000000 values"));
   // A chain of 1000 references: an error, not a stack overflow.
   std::string chain;
   for (int i = 0; i < 1000; ++i)
     chain += "k" + std::to_string(i) + ": ${k" + std::to_string(i + 1) + "}\n";
-  chain += "k1000: end\n";
+  chain += "k1000: end\nresults_dir: ${k0}\n";
   f = fail_of(chain);
   CHECK_THAT(f.second, Contains("interpolation nested deeper than 256 references"));
   // A deep list copied into a deep place would nest past the reader's limit.
   const std::string deep(250, '[');
-  f = fail_of("a: " + deep + std::string(250, ']') + "\nb: [[[[[[[[[[\"${a}\"]]]]]]]]]]\n");
-  CHECK(f.first == 2);
-  CHECK_THAT(f.second, Contains("b.0.0.0.0.0.0.0.0.0.0: interpolation makes lists and maps nest "
-                                "deeper than 256 levels"));
+  f = fail_of("a: " + deep + std::string(250, ']') +
+              "\nquantize:\n  backend_kwargs: [[[[[[[[[[\"${a}\"]]]]]]]]]]\n");
+  CHECK(f.first == 3);
+  CHECK_THAT(f.second, Contains("quantize.backend_kwargs.0.0.0.0.0.0.0.0.0.0: interpolation makes "
+                                "lists and maps nest deeper than 256 levels"));
   // Within the limits, all of it works.
   CHECK(fail_of("a: [1, 2]\nb: [\"${a}\", \"${a}\"]\nc: ${b}\nresults_dir: ${c.0.1}\n").second ==
         "<accepted>");

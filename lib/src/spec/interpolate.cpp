@@ -72,7 +72,7 @@ class Resolver {
         fail(n, path,
              "interpolation makes a value of " + std::to_string(text.size()) +
                  " characters (at most " + std::to_string(kMaxText) + ")");
-      charge(text.size(), n, path);
+      charge(text.size(), false, n, path);
       n.kind = Node::Kind::kScalar;
       n.text = missing ? kMissingText : text;
       n.quoted = !missing;
@@ -90,14 +90,17 @@ class Resolver {
   // value (or a copied list or map) per line.
   static constexpr size_t kMaxChain = 256;       // references inside references
   static constexpr size_t kMaxText = 1000000;    // characters in one value
-  static constexpr size_t kMaxBuilt = 20000000;  // characters and copied nodes in all
+  static constexpr size_t kMaxBuilt = 20000000;  // characters in all
+  static constexpr size_t kMaxCopied = 1000000;  // list and map values copied in all
 
-  void charge(size_t n, const Node& at, const std::string& path) {
-    built_ += n;
-    if (built_ > kMaxBuilt)
+  void charge(size_t n, bool nodes, const Node& at, const std::string& path) {
+    size_t& used = nodes ? copied_ : built_;
+    const size_t limit = nodes ? kMaxCopied : kMaxBuilt;
+    used += n;
+    if (used > limit)
       fail(at, path,
-           "interpolation builds more than " + std::to_string(kMaxBuilt) +
-               " characters and values in all (references that double a value?)");
+           "interpolation builds more than " + std::to_string(limit) +
+               (nodes ? " values" : " characters") + " in all (references that double a value?)");
   }
 
   // Levels below `n` and nodes in it (the tree is at most kMaxYamlDepth deep).
@@ -127,7 +130,7 @@ class Resolver {
       fail(at, path,
            "interpolation makes lists and maps nest deeper than " + std::to_string(kMaxYamlDepth) +
                " levels");
-    charge(count, at, path);
+    charge(count, true, at, path);
   }
 
   [[noreturn]] void fail(const Node& at, const std::string& path, const std::string& msg) const {
@@ -323,6 +326,7 @@ class Resolver {
   Node& root_;
   std::vector<Frame> stack_;
   size_t built_ = 0;
+  size_t copied_ = 0;
   std::set<std::string> referenced_;  // top-level keys used by references
 };
 
