@@ -105,7 +105,7 @@ TEST_CASE("observers: unknown names and bad kwargs are spec errors", "[observers
   m = with("percentile", {{"percentil", 99.9}});
   CHECK(m.rfind("spec.yaml:12:7: observer 'percentile': unknown kwarg 'percentil'", 0) == 0);
   CHECK(m.find("did you mean 'percentile'") != std::string::npos);
-  CHECK(m.find("accepted kwargs: percentile, num_bins") != std::string::npos);
+  CHECK(m.find("accepted kwargs: num_bins, percentile") != std::string::npos);
   m = with("minmax", {{"averaging_constant", 0.1}});
   CHECK(m.find("observer 'minmax': unknown kwarg 'averaging_constant'; it accepts no kwargs") !=
         std::string::npos);

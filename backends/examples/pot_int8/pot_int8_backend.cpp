@@ -19,6 +19,7 @@
 #include <limits>
 
 #include <taoquant/backend.h>
+#include <taoquant/calibration.h>
 #include <taoquant/model.h>
 #include <taoquant/observer.h>
 #include <taoquant/plugin.h>
