@@ -156,9 +156,9 @@ std::string backends_table(const std::vector<const tq::BackendInfo*>& list) {
       first = false;
     }
   }
-  return tq::format_table({"backend", "aliases", "mode", "weight dtypes", "activation dtypes",
-                           "layer kinds", "origin"},
-                          rows);
+  return tq::format_table(
+      {"backend", "aliases", "mode", "weight dtypes", "activation dtypes", "layer kinds", "origin"},
+      rows);
 }
 
 // Each backend's backend_kwargs schema.

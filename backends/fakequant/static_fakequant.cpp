@@ -164,9 +164,9 @@ LayerResult fake_quant_result(const QuantizeContext& ctx, StaticFakeQuant::Sessi
   const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
   auto wq = weights.find(lp.info.name);
   auto a = act.find(lp.info.name);
-  LayerResult r = wq != weights.end()  ? weight_layer_result(lp, wq->second, bytes, bytes)
-                  : a == act.end()      ? kept_float_result(lp, bytes)
-                                        : layer_result(lp);
+  LayerResult r = wq != weights.end() ? weight_layer_result(lp, wq->second, bytes, bytes)
+                  : a == act.end()    ? kept_float_result(lp, bytes)
+                                      : layer_result(lp);
   r.bytes_before = r.bytes_after = bytes;
   auto fi = taps.float_inputs.find(lp.info.name);
   if (a != act.end()) {

@@ -11,8 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include "taoquant/calibration.h"
-#include "taoquant/latency.h"
 #include "taoquant/jit.h"
+#include "taoquant/latency.h"
 #include "taoquant/model.h"
 
 namespace tq::libtorch {

@@ -17,7 +17,9 @@ namespace {
 
 class LibTorchBackend : public QuantizerBase, public Calibratable {
  public:
-  void calibrate(QuantizeContext& ctx, CalibrationData& data) override { ptq_.calibrate(ctx, data); }
+  void calibrate(QuantizeContext& ctx, CalibrationData& data) override {
+    ptq_.calibrate(ctx, data);
+  }
 
   void quantize(QuantizeContext& ctx) override {
     switch (ctx.plan.mode) {
@@ -53,14 +55,27 @@ class LibTorchBackend : public QuantizerBase, public Calibratable {
 
 std::vector<OptionDef> options() {
   const std::vector<Mode> static_only{Mode::kStatic};
-  return {
-      {"engine", OptionType::kString, nullptr, {"onednn", "qnnpack", "fbgemm"}, std::nullopt,
-       "quantized engine for the int8 kernels (default: onednn on x86, qnnpack on ARM)", {}},
-      {"latency_check", OptionType::kBool, true, {}, std::nullopt,
-       "keep layers (or the whole model) float where int8 is slower than fp32 on this machine",
-       static_only},
-      {"latency_batch_sizes", OptionType::kIntList, nlohmann::json::array({1, 32}), {}, 1.0,
-       "batch sizes of the never-slower check, measured in ascending order", static_only}};
+  return {{"engine",
+           OptionType::kString,
+           nullptr,
+           {"onednn", "qnnpack", "fbgemm"},
+           std::nullopt,
+           "quantized engine for the int8 kernels (default: onednn on x86, qnnpack on ARM)",
+           {}},
+          {"latency_check",
+           OptionType::kBool,
+           true,
+           {},
+           std::nullopt,
+           "keep layers (or the whole model) float where int8 is slower than fp32 on this machine",
+           static_only},
+          {"latency_batch_sizes",
+           OptionType::kIntList,
+           nlohmann::json::array({1, 32}),
+           {},
+           1.0,
+           "batch sizes of the never-slower check, measured in ascending order",
+           static_only}};
 }
 
 std::vector<ModeCaps> mode_tables() {
@@ -71,12 +86,25 @@ std::vector<ModeCaps> mode_tables() {
   ModeCaps weight_only;
   weight_only.mode = Mode::kWeightOnly;
   weight_only.kernel = "compact weight storage";
-  ModeCaps st{Mode::kStatic, int8, acts,
+  ModeCaps st{Mode::kStatic,
+              int8,
+              acts,
               {LayerKind::kLinear, LayerKind::kConv1d, LayerKind::kConv2d, LayerKind::kConv3d},
-              grans, "static int8 kernel in LibTorch", true, true,
-              {{DType::kInt8, DType::kUInt8}}, group_as_channel};
-  ModeCaps dyn{Mode::kDynamic, int8, acts, {LayerKind::kLinear}, grans,
-               "dynamic int8 kernel in LibTorch (quantized::linear_dynamic)", true, false, {},
+              grans,
+              "static int8 kernel in LibTorch",
+              true,
+              true,
+              {{DType::kInt8, DType::kUInt8}},
+              group_as_channel};
+  ModeCaps dyn{Mode::kDynamic,
+               int8,
+               acts,
+               {LayerKind::kLinear},
+               grans,
+               "dynamic int8 kernel in LibTorch (quantized::linear_dynamic)",
+               true,
+               false,
+               {},
                group_as_channel};
   return {weight_only, st, dyn};
 }

@@ -256,7 +256,8 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
   };
   // All batches but the last observe; the last is held out for fidelity
   // measurements (a single batch is both: that pass also captures).
-  s.data->pass([&](const std::vector<at::Tensor>& in, bool also_holdout) { run(in, also_holdout); });
+  s.data->pass(
+      [&](const std::vector<at::Tensor>& in, bool also_holdout) { run(in, also_holdout); });
   s.holdout = s.data->holdout();
   s.steps->step("calibration batches");
 }
@@ -421,10 +422,10 @@ void layer_output_sqnr(LayerResult& r, Module layer, const at::Tensor& w, const 
   const at::Tensor& x = xi->second;
   r.extra["activation"]["histogram"] = activation_histogram(x, aq);
   auto yi = cap.outputs.find(r.name);
-  const at::Tensor ref =
-      yi != cap.outputs.end() && yi->second.dim() > 0 && x.dim() > 0 && yi->second.size(0) == x.size(0)
-          ? yi->second
-          : layer.forward({x}).toTensor();
+  const at::Tensor ref = yi != cap.outputs.end() && yi->second.dim() > 0 && x.dim() > 0 &&
+                                 yi->second.size(0) == x.size(0)
+                             ? yi->second
+                             : layer.forward({x}).toTensor();
   auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
   layer.setattr("weight", fq);
   auto y = layer.forward({xq}).toTensor();
@@ -485,8 +486,10 @@ void StaticPtq::convert(QuantizeContext& ctx) {
   auto& s = *s_;
   Module q = convert_observed(s.observed);
   s.steps->step("convert");
-  if (s.check_speed) q = never_slower(ctx, s, q);
-  else ctx.backend_meta["latency_check"] = nlohmann::json::array();
+  if (s.check_speed)
+    q = never_slower(ctx, s, q);
+  else
+    ctx.backend_meta["latency_check"] = nlohmann::json::array();
   report_static(ctx, s, q);
   ctx.backend_meta["steps"] = s.steps->to_json();
   ctx.model = q;

@@ -45,7 +45,7 @@ TEST_CASE("npy: a header claiming more than the file holds is refused at once",
       {"zero_rows.npy", "<i8", "(0, 4611686018427387904, 4611686018427387904)",
        "header claims more than"},
       // Plainly truncated: 16 rows of 4 float32 claimed, 100 bytes present.
-      {"short.npy", "<f4", "(16, 4)", "header claims 320 bytes"},
+      {"short.npy", "<f4", "(16, 4)", "header claims 384 bytes"},  // 256 + a 128-byte header
   };
   const std::string dir = temp_dir("npy_crafted");
   for (const auto& c : cases) {

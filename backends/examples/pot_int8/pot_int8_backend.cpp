@@ -124,8 +124,13 @@ tq::BackendInfo info() {
   b.caps.constraints.power_of_two_scale = true;
   b.caps.constraints.quant_min = -128;
   b.caps.constraints.quant_max = 127;
-  b.caps.options = {{"observer", tq::OptionType::kString, "pot_mse", {}, std::nullopt,
-                     "weight observer (a registered observer name)", {}}};
+  b.caps.options = {{"observer",
+                     tq::OptionType::kString,
+                     "pot_mse",
+                     {},
+                     std::nullopt,
+                     "weight observer (a registered observer name)",
+                     {}}};
   return b;
 }
 

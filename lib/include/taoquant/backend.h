@@ -48,7 +48,8 @@ struct ModeCaps {
   Mode mode = Mode::kWeightOnly;
   std::vector<DType> weight_dtypes;
   std::vector<DType> activation_dtypes;
-  std::vector<LayerKind> layer_kinds;  // quantized in this mode; the backend's other kinds stay float
+  std::vector<LayerKind>
+      layer_kinds;  // quantized in this mode; the backend's other kinds stay float
   std::vector<Granularity> granularities;
   // What runs the layers, for the reasons `inspect` shows:
   // "<kind> has no <kernel>", "activations native: <kernel> need ...".

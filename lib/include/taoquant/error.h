@@ -63,5 +63,4 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
 // Levenshtein edit distance.
 size_t edit_distance(const std::string& a, const std::string& b);
 
-
 }  // namespace tq

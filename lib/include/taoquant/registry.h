@@ -94,7 +94,8 @@ class Registry {
       for (size_t j = 0; j < n; ++j)
         for (const auto& other : keys_of(existing[j]))
           if (other == k)
-            throw Error(ExitCode::kRuntime, what_ + " name '" + k + "' is registered twice: first " +
+            throw Error(ExitCode::kRuntime, what_ + " name '" + k +
+                                                "' is registered twice: first " +
                                                 where(existing[j]) + ", again " + where(info));
   }
 

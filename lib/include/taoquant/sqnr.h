@@ -4,8 +4,8 @@
 // Torch-free.
 #pragma once
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <limits>
 

@@ -142,7 +142,6 @@ ElemType parse_descr(const std::string& d, const std::string& where) {
   else
     throw RuntimeError(where + ": unsupported dtype " + numpy_name(descr) + " ('" + descr +
                        "'); supported: " + kSupported + " (convert with .astype(numpy.float32))");
-
 }
 
 // The dimensions of an NPY `shape` value ('(512, 1, 28, 28)').

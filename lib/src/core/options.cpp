@@ -40,12 +40,14 @@ std::string check_value(const OptionDef& o, const nlohmann::json& v) {
     case OptionType::kBool:
       return v.is_boolean() ? "" : "expected true or false";
     case OptionType::kInt:
-      return v.is_number_integer() && within(o, v.get<double>()) ? ""
-                                                                   : "expected " + std::string(o.min ? "a " : "an ") + integers(o, false);
+      return v.is_number_integer() && within(o, v.get<double>())
+                 ? ""
+                 : "expected " + std::string(o.min ? "a " : "an ") + integers(o, false);
     case OptionType::kNumber:
       return v.is_number() && within(o, v.get<double>()) ? "" : "expected a number" + bound;
     case OptionType::kString:
-      if (!v.is_string()) return "expected a string" + (o.allowed.empty() ? "" : " (" + join(o.allowed) + ")");
+      if (!v.is_string())
+        return "expected a string" + (o.allowed.empty() ? "" : " (" + join(o.allowed) + ")");
       if (o.allowed.empty() ||
           std::find(o.allowed.begin(), o.allowed.end(), v.get<std::string>()) != o.allowed.end())
         return "";
@@ -124,9 +126,9 @@ BackendOptions resolve_options(const std::vector<OptionDef>& schema, const nlohm
       auto it = std::find_if(schema.begin(), schema.end(),
                              [&](const OptionDef& o) { return o.name == name; });
       if (it == schema.end())
-        throw SpecError(loc_of(k), k + ": unknown key for " + who + " (accepted: " +
-                                       (names.empty() ? "none" : join(names)) + ")" +
-                                       did_you_mean(name, names));
+        throw SpecError(loc_of(k), k + ": unknown key for " + who +
+                                       " (accepted: " + (names.empty() ? "none" : join(names)) +
+                                       ")" + did_you_mean(name, names));
       if (!reads_mode(*it, mode)) {
         std::vector<std::string> modes;
         for (auto m : it->modes) modes.emplace_back(to_string(m));
@@ -167,7 +169,8 @@ std::string validate_option_schema(const std::vector<OptionDef>& schema) {
     if (!seen.insert(o.name).second) return "option '" + o.name + "' is declared twice";
     if (!o.default_value.is_null()) {
       std::string why = check_value(o, o.default_value);
-      if (!why.empty()) return "option '" + o.name + "': default " + o.default_value.dump() + ": " + why;
+      if (!why.empty())
+        return "option '" + o.name + "': default " + o.default_value.dump() + ": " + why;
     }
   }
   return "";

@@ -11,11 +11,12 @@ using tq::OptionType;
 namespace {
 
 std::vector<tq::OptionDef> schema() {
-  return {{"engine", OptionType::kString, nullptr, {"onednn", "qnnpack"}, std::nullopt, "engine", {}},
-          {"check", OptionType::kBool, true, {}, std::nullopt, "check", {Mode::kStatic}},
-          {"sizes", OptionType::kIntList, nlohmann::json::array({1, 32}), {}, 1.0, "sizes", {}},
-          {"ratio", OptionType::kNumber, 0.5, {}, 0.0, "ratio", {}},
-          {"repeats", OptionType::kInt, 3, {}, 1.0, "repeats", {}}};
+  return {
+      {"engine", OptionType::kString, nullptr, {"onednn", "qnnpack"}, std::nullopt, "engine", {}},
+      {"check", OptionType::kBool, true, {}, std::nullopt, "check", {Mode::kStatic}},
+      {"sizes", OptionType::kIntList, nlohmann::json::array({1, 32}), {}, 1.0, "sizes", {}},
+      {"ratio", OptionType::kNumber, 0.5, {}, 0.0, "ratio", {}},
+      {"repeats", OptionType::kInt, 3, {}, 1.0, "repeats", {}}};
 }
 
 tq::BackendOptions resolve(const std::string& kwargs, Mode mode = Mode::kStatic) {
@@ -63,7 +64,8 @@ TEST_CASE("options: bad keys and values are spec errors at the key", "[options]"
   expect_error("{engin: onednn}",
                "quantize.backend_kwargs.engin: unknown key for backend 'x' (accepted: engine, "
                "check, sizes, ratio, repeats) (did you mean 'engine'?)");
-  expect_error("{engine: onedn}", "'onedn' is not one of: onednn, qnnpack (did you mean 'onednn'?)");
+  expect_error("{engine: onedn}",
+               "'onedn' is not one of: onednn, qnnpack (did you mean 'onednn'?)");
   expect_error("{engine: 3}", "expected a string (onednn, qnnpack)");
   expect_error("{check: 'yes'}", "quantize.backend_kwargs.check: expected true or false");
   expect_error("{sizes: [1, 0]}", "expected a non-empty list of positive integers, e.g. [1, 32]");

@@ -89,7 +89,8 @@ TEST_CASE("build_plan: defaults, later rules win, skip_names last", "[plan]") {
   CHECK(fc2.loc.line == 9);
   CHECK(plan.num_quantized() == 4);
   REQUIRE(plan.warnings.size() == 1);
-  CHECK_THAT(plan.warnings[0], Contains("skip_names[1] 'nothing.here' matches no quantizable layer"));
+  CHECK_THAT(plan.warnings[0],
+             Contains("skip_names[1] 'nothing.here' matches no quantizable layer"));
 }
 
 TEST_CASE("build_plan: native layers say why, weight-only drops activations", "[plan]") {
@@ -122,12 +123,16 @@ TEST_CASE("build_plan: per-layer settings checked against the layer, at the rule
       CHECK(e.loc().line == line);
     }
   };
-  expect("quantize:\n  layers:\n    - module_name: classifier.fc*\n      weights: {dtype: int8, quant_axis: 3}\n",
-         "quant_axis 3 is out of range for layer 'classifier.fc1' whose weight has 2 dimensions", 3);
-  expect("quantize:\n  layers:\n    - module_name: Linear\n      weights: {dtype: fp8_e4m3fn, "
-         "granularity: per_group}\n",
-         "granularity 'per_group' is not available for dtype 'fp8_e4m3fn'", 3);
-  expect("quantize:\n  layers:\n    - module_name: up\n      weights: {dtype: uint8, symmetric: "
-         "true}\n",
-         "uint8 weights are affine", 3);
+  expect(
+      "quantize:\n  layers:\n    - module_name: classifier.fc*\n      weights: {dtype: int8, "
+      "quant_axis: 3}\n",
+      "quant_axis 3 is out of range for layer 'classifier.fc1' whose weight has 2 dimensions", 3);
+  expect(
+      "quantize:\n  layers:\n    - module_name: Linear\n      weights: {dtype: fp8_e4m3fn, "
+      "granularity: per_group}\n",
+      "granularity 'per_group' is not available for dtype 'fp8_e4m3fn'", 3);
+  expect(
+      "quantize:\n  layers:\n    - module_name: up\n      weights: {dtype: uint8, symmetric: "
+      "true}\n",
+      "uint8 weights are affine", 3);
 }

@@ -116,7 +116,8 @@ json evaluate(const json& r) {
   const json g = gates(r);
   const json& passed = get(get(r, "gates"), "passed");
   const json fid = fidelity(get(r, "metrics"));
-  return {{"heading", "Evaluate report"}, {"title", "tao-quant evaluate: " + str(r, "spec")},
+  return {{"heading", "Evaluate report"},
+          {"title", "tao-quant evaluate: " + str(r, "spec")},
           {"summary",
            json::array({{{"k", "spec"}, {"v", str(r, "spec")}},
                         {{"k", "data"}, {"v", str(data, "source")}},

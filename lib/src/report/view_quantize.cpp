@@ -178,7 +178,8 @@ json quantize(const json& r) {
   }
   json hist = histograms(layers);
   json notes = get(r, "notes").is_array() ? r["notes"] : json::array();
-  return {{"heading", "Quantize report"}, {"title", "tao-quant quantize: " + str(get(r, "model"), "path")},
+  return {{"heading", "Quantize report"},
+          {"title", "tao-quant quantize: " + str(get(r, "model"), "path")},
           {"summary", summary(r)},
           {"timings", timings(r)},
           {"warnings", get(r, "warnings").is_array() ? r["warnings"] : json::array()},

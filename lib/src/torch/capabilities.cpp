@@ -51,8 +51,9 @@ std::optional<long long> int_kwarg(const Spec& spec, const nlohmann::json& kw,
                                    const std::string& kkey, const char* name) {
   auto it = kw.find(name);
   if (it == kw.end() || it->is_null()) return std::nullopt;
-  const bool integral = it->is_number_integer() ||
-                        (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
+  const bool integral =
+      it->is_number_integer() ||
+      (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
   if (!integral)
     throw SpecError(spec.loc(kkey + "." + name),
                     kkey + "." + name + ": expected an integer, got " + it->dump());
@@ -96,10 +97,10 @@ void check_tensor_rule(const Spec& spec, const BackendRegistry::Resolved& b, con
   if (t.dtype) check_dtype(spec, b, mc, *t.dtype, weights, key + ".dtype");
   const auto grans = accepted_granularities(mc);
   if (t.granularity && !contains(grans, *t.granularity))
-    throw SpecError(spec.loc(key + ".granularity"),
-                    key + ".granularity: " + backend_label(b) + " does not support granularity '" +
-                        std::string(to_string(*t.granularity)) +
-                        "' (supported: " + join_enum(grans) + ")");
+    throw SpecError(spec.loc(key + ".granularity"), key + ".granularity: " + backend_label(b) +
+                                                        " does not support granularity '" +
+                                                        std::string(to_string(*t.granularity)) +
+                                                        "' (supported: " + join_enum(grans) + ")");
   if (t.symmetric && !*t.symmetric && b.info->caps.constraints.symmetric_only)
     throw SpecError(spec.loc(key + ".symmetric"),
                     key + ".symmetric: " + backend_label(b) +
@@ -134,7 +135,8 @@ BackendOptions check_capabilities(const Spec& spec, const BackendRegistry::Resol
   const ModeCaps mc = b.info->caps.for_mode(q.mode);
   check_dtype(spec, b, mc, q.default_layer_dtype, true, "quantize.default_layer_dtype");
   if (q.mode != Mode::kWeightOnly)
-    check_dtype(spec, b, mc, q.default_activation_dtype, false, "quantize.default_activation_dtype");
+    check_dtype(spec, b, mc, q.default_activation_dtype, false,
+                "quantize.default_activation_dtype");
   for (size_t i = 0; i < q.layers.size(); ++i) {
     const auto& r = q.layers[i];
     const std::string base = "quantize.layers." + std::to_string(i);
@@ -199,20 +201,20 @@ void apply_capabilities(const Spec& spec, Plan& plan, const BackendRegistry::Res
     if (!contains(caps.layer_kinds, l.info.kind))
       throw SpecError(l.loc.line ? l.loc : spec.loc("quantize.default_layer_dtype"),
                       "layer '" + l.info.name + "' (" + l.info.class_name + ", decided by " +
-                          l.decided_by + "): " + backend_label(b) +
-                          " cannot quantize layer kind " + std::string(to_string(l.info.kind)) +
-                          " (supported: " + join_enum(caps.layer_kinds) +
-                          "); add it to skip_names");
+                          l.decided_by + "): " + backend_label(b) + " cannot quantize layer kind " +
+                          std::string(to_string(l.info.kind)) + " (supported: " +
+                          join_enum(caps.layer_kinds) + "); add it to skip_names");
     l.float_reason = mode_float_reason(mc, l);
   }
   narrow_formats(mc, backend_label(b), plan);
   const auto grans = accepted_granularities(mc);
   for (const auto& l : plan.layers) {
-    if (!l.quantized() || !l.weights.quantized() || contains(mc.granularities, l.weights.granularity))
+    if (!l.quantized() || !l.weights.quantized() ||
+        contains(mc.granularities, l.weights.granularity))
       continue;
     throw SpecError(l.loc.line ? l.loc : spec.loc("quantize"),
-                    "layer '" + l.info.name + "' (decided by " + l.decided_by + "): " +
-                        backend_label(b) + " does not support weight granularity '" +
+                    "layer '" + l.info.name + "' (decided by " + l.decided_by +
+                        "): " + backend_label(b) + " does not support weight granularity '" +
                         std::string(to_string(l.weights.granularity)) +
                         "' (supported: " + join_enum(grans) + ")");
   }

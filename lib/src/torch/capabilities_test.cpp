@@ -68,7 +68,8 @@ TEST_CASE("capabilities: a mode table inherits the backend-wide lists", "[capabi
   CHECK(w.layer_kinds.size() == 2);
 }
 
-TEST_CASE("capabilities: libtorch static keeps what its kernels cannot run float", "[capabilities]") {
+TEST_CASE("capabilities: libtorch static keeps what its kernels cannot run float",
+          "[capabilities]") {
   auto p = plan_of(R"(quantize:
   backend: libtorch
   mode: static_ptq
@@ -102,7 +103,8 @@ TEST_CASE("capabilities: libtorch static keeps what its kernels cannot run float
 }
 
 TEST_CASE("capabilities: libtorch dynamic quantizes Linear layers only", "[capabilities]") {
-  auto p = plan_of("quantize:\n  backend: libtorch\n  mode: dynamic_ptq\n  default_layer_dtype: int8\n");
+  auto p =
+      plan_of("quantize:\n  backend: libtorch\n  mode: dynamic_ptq\n  default_layer_dtype: int8\n");
   CHECK(layer(p, "conv").why_float() ==
         "Conv2d has no dynamic int8 kernel in LibTorch (quantized::linear_dynamic)");
   CHECK(layer(p, "fc").quantized());
@@ -131,10 +133,11 @@ TEST_CASE("capabilities: spec errors name the key before the model loads", "[cap
       CHECK(e.loc().line == line);
     }
   };
-  expect("quantize:\n  backend: libtorch\n  mode: static_ptq\n  backend_kwargs: {engin: onednn}\n",
-         "unknown key for backend 'libtorch' (accepted: engine, latency_check, latency_batch_sizes) "
-         "(did you mean 'engine'?)",
-         4);
+  expect(
+      "quantize:\n  backend: libtorch\n  mode: static_ptq\n  backend_kwargs: {engin: onednn}\n",
+      "unknown key for backend 'libtorch' (accepted: engine, latency_check, latency_batch_sizes) "
+      "(did you mean 'engine'?)",
+      4);
   expect("quantize:\n  backend: libtorch\n  backend_kwargs:\n    engine: onedn\n",
          "'onedn' is not one of: onednn, qnnpack, fbgemm (did you mean 'onednn'?)", 4);
   expect("quantize:\n  backend: libtorch\n  backend_kwargs: {latency_check: false}\n",
@@ -179,15 +182,20 @@ TEST_CASE("capabilities: inspect and quantize agree on which layers stay float",
   const std::string results = "results_dir: " + dir.string() + "\n";
   const std::vector<Case> cases = {
       {"static CNN",
-       results + "quantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
-                 "  default_activation_dtype: int8\n  model_path: " + kModels +
+       results +
+           "quantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
+           "  default_activation_dtype: int8\n  model_path: " +
+           kModels +
            "/fmnist/cnn.pt\n  layers:\n    - module_name: classifier.fc\n"
            "      activations: {dtype: native}\n  skip_names: ['features.conv1']\n"
            "  backend_kwargs: {latency_check: false}\ndataset:\n  quant_calibration_dataset:\n"
-           "    data_file: " + kModels + "/fmnist/calib.npz\n    batch_size: 64\n    max_batches: 2\n"},
+           "    data_file: " +
+           kModels + "/fmnist/calib.npz\n    batch_size: 64\n    max_batches: 2\n"},
       {"dynamic ResNet-18",
-       results + "quantize:\n  backend: libtorch\n  mode: dynamic_ptq\n  default_layer_dtype: int8\n"
-                 "  model_path: " + kModels + "/tv/resnet18.pt\n"}};
+       results +
+           "quantize:\n  backend: libtorch\n  mode: dynamic_ptq\n  default_layer_dtype: int8\n"
+           "  model_path: " +
+           kModels + "/tv/resnet18.pt\n"}};
   for (const auto& c : cases) {
     DYNAMIC_SECTION(c.what) {
       auto spec = tq::parse_spec_text(c.yaml, "s.yaml");

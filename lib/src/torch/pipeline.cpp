@@ -219,7 +219,10 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.artifact_file_bytes = file_size_or_zero(out.artifact_path);
   out.total_seconds = since(t_start);
 
-  QuantizeReportInput in{spec, out, ctx.backend_meta, checked.backend.info->origin,
+  QuantizeReportInput in{spec,
+                         out,
+                         ctx.backend_meta,
+                         checked.backend.info->origin,
                          {{"load_s", load_s},
                           {"plan_s", plan_s},
                           {"calibrate_s", times.calibrate_s},

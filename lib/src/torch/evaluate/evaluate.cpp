@@ -205,12 +205,11 @@ void check_output(const at::Tensor& y, const Batch& b, const std::string& path,
   if (lo >= 0 && hi < classes) return;
   const int64_t bad = lo < 0 ? lo : hi;
   const int64_t at = b.labels.eq(bad).nonzero()[0][0].item<int64_t>();
-  throw RuntimeError("model '" + path + "' outputs " + std::to_string(classes) +
-                     " classes but the test data (" + out.data_description + ") has label " +
-                     std::to_string(bad) + " at sample " +
-                     std::to_string(b.first_index + static_cast<size_t>(at)) +
-                     "; the model and the test data do not match (check " + kTestKey +
-                     ".label_key/classes)");
+  throw RuntimeError(
+      "model '" + path + "' outputs " + std::to_string(classes) + " classes but the test data (" +
+      out.data_description + ") has label " + std::to_string(bad) + " at sample " +
+      std::to_string(b.first_index + static_cast<size_t>(at)) +
+      "; the model and the test data do not match (check " + kTestKey + ".label_key/classes)");
 }
 
 // The accuracy and fidelity pass: every model sees the same batch.
@@ -222,8 +221,7 @@ struct PassResult {
 };
 
 PassResult run_pass(std::vector<eval::LoadedModel>& models, DataLoader& loader,
-                    const DataSourceSpec& src, const EvaluateOptions& opts,
-                    EvaluateOutcome& out) {
+                    const DataSourceSpec& src, const EvaluateOptions& opts, EvaluateOutcome& out) {
   PassResult p;
   p.acc.resize(models.size());
   const auto t_pass = Clock::now();

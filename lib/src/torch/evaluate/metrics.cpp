@@ -8,9 +8,9 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
 
+#include "eval_impl.h"
 #include "taoquant/latency.h"
 #include "taoquant/sqnr.h"
-#include "eval_impl.h"
 
 namespace tq::eval {
 

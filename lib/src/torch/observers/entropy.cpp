@@ -120,8 +120,8 @@ class EntropyObserver : public obs::HistogramObserver {
     kw.finish();
     if (start_bin_ > hist_.num_bins())
       throw SpecError({}, "observer '" + name() + "': start_bin (" + std::to_string(start_bin_) +
-                              ") must not exceed num_bins (" +
-                              std::to_string(hist_.num_bins()) + ")");
+                              ") must not exceed num_bins (" + std::to_string(hist_.num_bins()) +
+                              ")");
   }
   float threshold(size_t c, const std::vector<double>& h, float amax) override {
     const bool fp8 = dtype_traits(cfg_.dtype).is_float8;

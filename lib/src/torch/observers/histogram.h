@@ -80,7 +80,9 @@ class HistogramObserver : public Observer {
   QParams finalize() override {
     return qparams_from_histogram(
         hist_, cfg_,
-        [this](size_t c, const std::vector<double>& h, float amax) { return threshold(c, h, amax); },
+        [this](size_t c, const std::vector<double>& h, float amax) {
+          return threshold(c, h, amax);
+        },
         skip_zeros());
   }
   std::string name() const override { return name_; }

@@ -73,7 +73,8 @@ float mse_threshold(const std::vector<double>& h, float amax, int64_t n, double 
 
 class MseObserver : public obs::HistogramObserver {
  public:
-  explicit MseObserver(const ObserverConfig& cfg) : MseObserver(cfg, obs::Kwargs("mse", cfg.kwargs)) {}
+  explicit MseObserver(const ObserverConfig& cfg)
+      : MseObserver(cfg, obs::Kwargs("mse", cfg.kwargs)) {}
 
  private:
   MseObserver(const ObserverConfig& cfg, obs::Kwargs kw)
