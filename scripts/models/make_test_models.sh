@@ -4,7 +4,9 @@
 # Usage: scripts/models/make_test_models.sh [OUTDIR] [PART ...]
 #   OUTDIR  default: models/ at the repository root (relative paths are
 #           taken from the current directory)
-#   PART    fmnist  -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json}
+#   PART    fmnist  -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json,
+#                      cnn_imbalanced.pt (a function-preserving variant, make_imbalanced.py),
+#                      mbv2.pt (MobileNetV2-style: depthwise, ReLU6)}
 #           tv      -> OUTDIR/tv/{resnet18.pt,imagenet_rand_n8_224.npz}
 #           extra   -> OUTDIR/fmnist/{cnn_bn,resnet,vit,mlp}.pt (+ .json); not in "all"
 #           all     -> fmnist tv (the default)
@@ -194,12 +196,32 @@ tiny_models() {
   did_something=1
 }
 
+# The CNN with uneven per-channel ranges (same function), for equalization.
+fmnist_imbalanced() {
+  local d="${OUTDIR}/fmnist" stamp
+  stamp="$(gen_stamp "${SCRIPT_DIR}/make_imbalanced.py" "${d}/cnn.pt")"
+  if is_current "${d}/cnn_imbalanced.pt" "${stamp}"; then
+    log "fmnist/cnn_imbalanced.pt present (cached)"
+    return 0
+  fi
+  lock fmnist-imbalanced
+  prepare
+  "${PY}" "${SCRIPT_DIR}/make_imbalanced.py" "${d}/cnn.pt" "${TMP}/cnn_imbalanced.pt" "${d}/test.npz"
+  rm -f "${d}/cnn_imbalanced.pt"
+  install_artifact "${TMP}/cnn_imbalanced.pt" "${d}/cnn_imbalanced.pt"
+  echo "${stamp}" > "${d}/cnn_imbalanced.pt.gen"
+  unlock
+  did_something=1
+}
+
 if [[ ${want_tiny:-0} -eq 1 ]]; then
   tiny_models
 fi
 if [[ ${want_fmnist} -eq 1 ]]; then
   fmnist_data
   fmnist_model cnn
+  fmnist_imbalanced
+  fmnist_model mbv2
 fi
 if [[ ${want_tv} -eq 1 ]]; then
   tv_models

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Trains a small Fashion-MNIST model and saves it as TorchScript.
 
-Usage: train_fmnist.py --arch {cnn,cnn_bn,resnet,vit,mlp} --out OUTDIR
+Usage: train_fmnist.py --arch {cnn,cnn_bn,resnet,vit,mlp,mbv2} --out OUTDIR
                        [--epochs N] [--threads 2] [--seed 0]
 
 Writes OUTDIR/<arch>.pt (torch.jit.script of the eval-mode model) and
@@ -156,6 +156,52 @@ class FmnistMLP(nn.Module):
         return self.fc3(self.relu2(self.fc2(x)))
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expand -> BN -> ReLU6 -> depthwise 3x3 -> BN ->
+    ReLU6 -> 1x1 project -> BN, plus the input when the shape allows."""
+    __constants__ = ["use_res"]  # a constant, so the residual branch folds in TorchScript
+
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hidden = cin * expand
+        self.use_res = stride == 1 and cin == cout
+        layers = []
+        if expand != 1:
+            layers += [("expand", nn.Conv2d(cin, hidden, 1, bias=False)),
+                       ("bn1", nn.BatchNorm2d(hidden)), ("relu1", nn.ReLU6())]
+        layers += [("dw", nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False)),
+                   ("bn2", nn.BatchNorm2d(hidden)), ("relu2", nn.ReLU6()),
+                   ("project", nn.Conv2d(hidden, cout, 1, bias=False)),
+                   ("bn3", nn.BatchNorm2d(cout))]
+        self.conv = nn.Sequential(OrderedDict(layers))
+
+    def forward(self, x):
+        if self.use_res:
+            return x + self.conv(x)
+        return self.conv(x)
+
+
+class FmnistMobileNetV2(nn.Module):
+    """A MobileNetV2-style net for 28x28: inverted residuals, depthwise 3x3, ReLU6."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(OrderedDict([
+            ("conv", nn.Conv2d(1, 16, 3, stride=2, padding=1, bias=False)),  # 28 -> 14
+            ("bn", nn.BatchNorm2d(16)), ("relu", nn.ReLU6())]))
+        cfg = [(16, 16, 1, 1), (16, 24, 2, 4), (24, 24, 1, 4), (24, 32, 1, 4), (32, 32, 1, 4),
+               (32, 64, 1, 4)]  # 14x14, then 7x7
+        self.blocks = nn.Sequential(*[InvertedResidual(*c) for c in cfg])
+        self.head = nn.Sequential(OrderedDict([
+            ("conv", nn.Conv2d(64, 128, 1, bias=False)),
+            ("bn", nn.BatchNorm2d(128)), ("relu", nn.ReLU6()),
+            ("pool", nn.AdaptiveAvgPool2d(1)), ("flatten", nn.Flatten())]))
+        self.fc = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc(self.head(self.blocks(self.stem(x))))
+
+
 # arch -> (constructor, default epochs, learning rate)
 ARCHS = {
     "cnn": (lambda: FmnistCNN(batch_norm=False), 3, 1e-3),
@@ -163,6 +209,7 @@ ARCHS = {
     "resnet": (FmnistResNet, 3, 3e-3),
     "vit": (FmnistViT, 3, 1e-3),
     "mlp": (FmnistMLP, 3, 1e-3),
+    "mbv2": (FmnistMobileNetV2, 1, 3e-3),
 }
 
 

@@ -139,7 +139,7 @@ quantize:
   CHECK(s.results_dir == "/results/cls");
   CHECK(q.backend == "modelopt");
   CHECK(q.mode == tq::Mode::kStatic);
-  CHECK(q.algorithm == tq::Algorithm::kEntropy);
+  CHECK(q.algorithm == "entropy");
   CHECK(q.default_layer_dtype == DType::kInt8);
   CHECK(q.default_activation_dtype == DType::kUInt8);
   CHECK(q.model_path == "/models/fan.pt");
@@ -229,7 +229,7 @@ TEST_CASE("spec: defaults", "[spec]") {
     const auto& q = s.quantize;
     CHECK(q.backend == "torchao");
     CHECK(q.mode == tq::Mode::kWeightOnly);
-    CHECK(q.algorithm == tq::Algorithm::kMinMax);
+    CHECK(q.algorithm == "minmax");
     CHECK(q.default_layer_dtype == DType::kNative);
     CHECK(q.default_activation_dtype == DType::kNative);
     CHECK(q.layers.empty());

@@ -148,10 +148,12 @@ TEST_CASE("spec error: unknown quantize key", "[spec]") {
   algoritm: max
 )");
   CHECK_AT(f, 7, 3);
-  CHECK(f.msg ==
-        "spec.yaml:7:3: quantize: unknown key 'algoritm' (did you mean 'algorithm'?); allowed "
-        "keys: backend, mode, algorithm, default_layer_dtype, default_activation_dtype, layers, "
-        "skip_names, model_path, results_dir, backend_kwargs, device");
+  CHECK(
+      f.msg ==
+      "spec.yaml:7:3: quantize: unknown key 'algoritm' (did you mean 'algorithm'?); allowed "
+      "keys: backend, mode, algorithm, default_layer_dtype, default_activation_dtype, layers, "
+      "skip_names, model_path, results_dir, backend_kwargs, device, equalization, weight_rounding, "
+      "bias_correction");
 }
 
 TEST_CASE("spec error: bad mode", "[spec]") {
@@ -166,12 +168,74 @@ TEST_CASE("spec error: bad mode", "[spec]") {
         "weight_only_ptq, static_ptq, dynamic_ptq) (did you mean 'static_ptq'?)");
 }
 
-TEST_CASE("spec error: bad algorithm", "[spec]") {
-  auto f = fail_of("quantize:\n  algorithm: entropi\n");
-  CHECK_AT(f, 2, 14);
-  CHECK_THAT(f.msg, Contains("quantize.algorithm: 'entropi' is not a valid algorithm") &&
-                        Contains("minmax, max, entropy, percentile, mse") &&
-                        Contains("(did you mean 'entropy'?)"));
+TEST_CASE("spec: quantize.algorithm is an observer name, checked with the backend", "[spec]") {
+  // The observer registry (plugins add to it) decides; see capabilities_test.cpp.
+  auto spec = tq::parse_spec_text("quantize:\n  algorithm: my_plugin_observer\n", "spec.yaml");
+  CHECK(spec.quantize.algorithm == "my_plugin_observer");
+}
+
+TEST_CASE("spec error: bad weight_rounding", "[spec][algorithms]") {
+  auto f = fail_of("quantize:\n  weight_rounding: gtpq\n");
+  CHECK_AT(f, 2, 20);
+  CHECK_THAT(f.msg, Contains("quantize.weight_rounding: 'gtpq' is not a valid rounding") &&
+                        Contains("nearest, gptq") && Contains("(did you mean 'gptq'?)"));
+  f = fail_of("quantize:\n  weight_rounding: {method: gptq, dmap: 0.1}\n");
+  CHECK_THAT(f.msg, Contains("unknown key 'dmap' (did you mean 'damp'?)"));
+  f = fail_of("quantize:\n  weight_rounding: {damp: 0.1}\n");
+  CHECK_THAT(f.msg, Contains("quantize.weight_rounding: needs method: nearest, gptq"));
+  f = fail_of("quantize:\n  weight_rounding: {method: gptq, damp: -1}\n");
+  CHECK_THAT(f.msg, Contains("quantize.weight_rounding.damp: expected a number > 0"));
+}
+
+TEST_CASE("spec error: an algorithm in a mode it does not apply to", "[spec][algorithms]") {
+  auto f = fail_of("quantize:\n  mode: static_ptq\n  bias_correction: true\n");
+  CHECK_AT(f, 3, 20);
+  CHECK_THAT(f.msg, Contains("quantize.bias_correction applies to mode weight_only_ptq in this "
+                             "version, not static_ptq"));
+  f = fail_of(R"(quantize:
+  mode: dynamic_ptq
+  layers:
+    - module_name: fc
+      weights: {dtype: int8, rounding: gptq}
+)");
+  CHECK_AT(f, 5, 16);
+  CHECK_THAT(f.msg, Contains("quantize.weight_rounding applies to mode weight_only_ptq"));
+  f = fail_of(R"(quantize:
+  layers:
+    - module_name: fc
+      activations: {dtype: int8, rounding: gptq}
+)");
+  CHECK_THAT(f.msg, Contains("quantize.layers.0.activations.rounding: applies to weights only"));
+}
+
+TEST_CASE("spec: algorithm settings", "[spec][algorithms]") {
+  auto spec = tq::parse_spec_text(R"(quantize:
+  weight_rounding: {method: gptq, damp: 0.05, block_size: 64, act_order: true}
+  bias_correction: true
+  layers:
+    - module_name: head
+      weights: {dtype: int4, rounding: nearest}
+)",
+                                  "spec.yaml");
+  const auto& a = spec.quantize.algorithms;
+  CHECK(a.weight_rounding == tq::Rounding::kGptq);
+  CHECK(a.gptq.damp == 0.05);
+  CHECK(a.gptq.block_size == 64);
+  CHECK(a.gptq.act_order);
+  CHECK(a.bias_correction);
+  CHECK(a.weight_rounding_loc.line == 2);
+  CHECK(spec.quantize.layers.at(0).weights->rounding == tq::Rounding::kNearest);
+  CHECK(a.needs_data());
+  CHECK_FALSE(a.equalization.enabled);
+  auto eq = tq::parse_spec_text("quantize:\n  mode: static_ptq\n  equalization: {iterations: 5}\n",
+                                "spec.yaml");
+  CHECK(eq.quantize.algorithms.equalization.enabled);
+  CHECK(eq.quantize.algorithms.equalization.iterations == 5);
+  CHECK_FALSE(eq.quantize.algorithms.needs_data());  // data-free
+  auto f = fail_of("quantize:\n  equalization: {iterations: 0}\n");
+  CHECK_THAT(f.msg, Contains("quantize.equalization.iterations: expected a positive integer"));
+  f = fail_of("quantize:\n  equalization: yes please\n");
+  CHECK_THAT(f.msg, Contains("quantize.equalization: expected true or false"));
 }
 
 TEST_CASE("spec error: bad default dtype", "[spec]") {

@@ -30,6 +30,9 @@ struct Module;
 namespace tq {
 
 class CalibrationData;
+namespace fmt {
+struct QuantizedWeight;
+}
 
 // Constraints a backend puts on the quantization parameters it accepts. The
 // core rejects specs that cannot meet them and applies them to computed
@@ -144,6 +147,13 @@ class QuantizeContext {
   std::function<void(const std::string& what, size_t done, size_t total)> on_progress;
   // Calibration facts for the report (samples, batches, seconds).
   nlohmann::json calibration = nlohmann::json::object();
+
+  // Set by the library's algorithm stage (GPTQ, bias correction) before the
+  // backend quantizes: the quantized weight of a layer, which
+  // quantize_planned_weight returns instead of rounding to nearest, and
+  // what each algorithm did to each layer (merged into its LayerResult).
+  std::map<std::string, std::shared_ptr<const fmt::QuantizedWeight>> weight_overrides;
+  std::map<std::string, nlohmann::json> algorithm_facts;
 
  private:
   std::vector<LayerResult> results_;

@@ -116,6 +116,23 @@ struct CaptureOptions {
 LayerCapture capture_layers(const torch::jit::Module& model, const std::vector<at::Tensor>& inputs,
                             const CaptureOptions& opts = {});
 
+// Streams each conv/linear layer's input through `fn`, at every call of the
+// layer, while `model` (not modified) runs on batches; nothing is kept, so
+// statistics over a whole dataset take bounded memory.
+using LayerInputFn = std::function<void(const std::string& layer, const at::Tensor& x)>;
+class LayerInputStream {
+ public:
+  explicit LayerInputStream(const torch::jit::Module& model);
+  ~LayerInputStream();
+  LayerInputStream(const LayerInputStream&) = delete;
+  LayerInputStream& operator=(const LayerInputStream&) = delete;
+  void run(const std::vector<at::Tensor>& inputs, const LayerInputFn& fn);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // capture_layers(...).inputs, and the model's output into `output` if given.
 std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,
                                                        const std::vector<at::Tensor>& inputs,

@@ -12,7 +12,6 @@ namespace tq {
 
 enum class DType { kNative, kInt8, kUInt8, kInt4, kFp8E4M3, kFp8E5M2 };
 enum class Mode { kWeightOnly, kStatic, kDynamic };
-enum class Algorithm { kMinMax, kMax, kEntropy, kPercentile, kMse };
 enum class Granularity { kPerTensor, kPerChannel, kPerGroup };
 enum class LayerKind {
   kLinear,
@@ -62,7 +61,6 @@ struct EnumTable {
 
 const EnumTable<DType>& dtype_table();
 const EnumTable<Mode>& mode_table();
-const EnumTable<Algorithm>& algorithm_table();
 const EnumTable<Granularity>& granularity_table();
 const EnumTable<LayerKind>& layer_kind_table();
 
@@ -71,9 +69,6 @@ inline std::string_view to_string(DType v) {
 }
 inline std::string_view to_string(Mode v) {
   return mode_table().name(v);
-}
-inline std::string_view to_string(Algorithm v) {
-  return algorithm_table().name(v);
 }
 inline std::string_view to_string(Granularity v) {
   return granularity_table().name(v);

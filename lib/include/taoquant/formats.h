@@ -79,6 +79,26 @@ struct QuantizedWeight {
 QuantizedWeight quantize_weight(const float* w, const std::vector<int64_t>& shape,
                                 const WeightFormat& f);
 
+// Quantizes `w` (same shape and format as `qparams`) with the scales and
+// zero points of `qparams` instead of ones computed from w's range. Values
+// already on that grid (e.g. from WeightGrid) keep their codes.
+QuantizedWeight quantize_weight_with(const float* w, const QuantizedWeight& qparams);
+
+// The grid of one quantized tensor: the value that an element at a flat
+// (row-major) index rounds to under that tensor's scales and zero points,
+// exactly as quantize_weight_with rounds it. GPTQ rounds column by column
+// on it.
+class WeightGrid {
+ public:
+  explicit WeightGrid(const QuantizedWeight& qparams);
+  float nearest(size_t flat, float v) const;
+  size_t slice(size_t flat) const;  // the index of the element's scale
+
+ private:
+  const QuantizedWeight& q_;
+  size_t inner_ = 1, slices_ = 1, row_len_ = 1, gs_ = 1, gpr_ = 1;
+};
+
 // 10*log10(sum(ref^2) / sum((ref-x)^2)); +inf when equal (sqnr.h).
 using ::tq::sqnr_db;
 

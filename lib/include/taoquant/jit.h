@@ -90,6 +90,9 @@ enum class OpRole {
 struct OpInfo {
   OpRole role = OpRole::kOther;
   std::optional<LayerKind> kind;  // for layer ops where the op tells the kind
+  // f(s * x) = s * f(x) for a positive per-channel s, channels kept in dim 1
+  // (relu, pooling, dropout): cross-layer equalization may scale through it.
+  bool commutes_with_channel_scale = false;
 };
 // What tao-quant knows of an op, by qualified name ("aten::conv2d").
 OpInfo op_info(const std::string& qualified_name);

@@ -30,13 +30,16 @@ struct TensorQuant {
   int axis = 0;
   int group_size = 128;
   bool symmetric = true;
-  std::string observer;            // observer name: the setting's, else quantize.algorithm
-  bool observer_explicit = false;  // set by a `layers` rule (observer_or_fake_quant)
+  std::string observer;                    // observer name: the setting's, else quantize.algorithm
+  bool observer_explicit = false;          // set by a `layers` rule (observer_or_fake_quant)
+  Rounding rounding = Rounding::kNearest;  // weights: quantize.weight_rounding or the rule's
   nlohmann::json observer_kwargs = nlohmann::json::object();
   SourceLoc loc;  // the spec setting that decided this format (for errors)
   bool quantized() const { return dtype != DType::kNative; }
   std::string str() const;  // "int8/per_channel", "int4/g128", "fp32"
 };
+
+struct Plan;
 
 struct LayerPlan {
   LayerInfo info;
@@ -51,11 +54,17 @@ struct LayerPlan {
   // spec asks for a format (no kernel for the layer kind, native activations
   // where the kernels need quantized ones): the reason, as `inspect` shows it.
   std::string float_reason;
+  // Cross-layer equalization: the layers this one is equalized with (the
+  // one before it and the one after it in a chain), found in the graph.
+  std::vector<std::string> equalized_with;
   bool quantized() const {
     return !skipped && float_reason.empty() && (weights.quantized() || activations.quantized());
   }
   // Why the layer stays float ("" when it is quantized).
   std::string why_float() const;
+  // The algorithms that change this layer, in the order they run
+  // ("gptq", "bias_correction"); empty when it stays float.
+  std::vector<std::string> algorithms(const Plan& plan) const;
 };
 
 // The contract between the core and a backend: everything a backend needs
@@ -64,6 +73,7 @@ struct Plan {
   Mode mode = Mode::kWeightOnly;
   std::string algorithm = "minmax";  // default observer (quantize.algorithm)
   SourceLoc algorithm_loc;
+  AlgorithmSettings algorithms;  // the error-correcting algorithms (algorithms.h)
   std::string backend_requested, backend_resolved;
   BackendOptions options;  // quantize.backend_kwargs, typed by the backend's schema
   std::string device = "cpu";

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "taoquant/algorithms.h"
 #include "taoquant/enums.h"
 #include "taoquant/error.h"
 
@@ -23,6 +24,7 @@ struct TensorQuantSpec {
   std::optional<int> quant_axis;
   std::optional<int> group_size;
   std::optional<bool> symmetric;
+  std::optional<Rounding> rounding;                           // weights only
   std::optional<std::string> observer;                        // observer_or_fake_quant
   nlohmann::json observer_kwargs = nlohmann::json::object();  // observer_or_fake_quant_kwargs
   SourceLoc loc;
@@ -43,7 +45,10 @@ struct SkipRule {
 struct QuantizeSpec {
   std::string backend = "torchao";
   Mode mode = Mode::kWeightOnly;
-  Algorithm algorithm = Algorithm::kMinMax;
+  // The default observer: a name in the observer registry (plugins may add
+  // observers), checked with the backend before the model loads.
+  std::string algorithm = "minmax";
+  AlgorithmSettings algorithms;  // equalization, bias_correction, weight_rounding, ...
   DType default_layer_dtype = DType::kNative;
   DType default_activation_dtype = DType::kNative;
   std::vector<LayerRule> layers;
@@ -143,7 +148,7 @@ Spec parse_spec_text(const std::string& text, const std::string& name,
 // What a command needs that a spec may leave unset (`???` or missing):
 // each throws SpecError naming the key, file and line.
 void require_model_path(const Spec& spec);
-void require_calibration(const Spec& spec);  // static_ptq needs calibration data
+void require_calibration(const Spec& spec);  // static_ptq, GPTQ and bias correction need data
 // quantize.results_dir or the top-level results_dir.
 void require_results_dir(const Spec& spec);
 

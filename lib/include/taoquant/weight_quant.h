@@ -22,10 +22,15 @@ std::vector<float> read_weight(const torch::jit::Module& layer,
 // Quantizes the weight of a planned layer of `model`.
 fmt::QuantizedWeight quantize_layer_weight(const torch::jit::Module& model, const LayerPlan& lp);
 
-// The same, with the qparam constraints that the backend `ctx` runs
-// declares (power-of-two scales, minimum scale, ...) applied to its scales.
+// The weight a backend stores for a planned layer: the algorithm stage's
+// result (GPTQ) when there is one, else round_planned_weight.
 fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
                                              const torch::jit::Module& model, const LayerPlan& lp);
+// Round to nearest in the planned format, with the qparam constraints that
+// the backend `ctx` runs declares (power-of-two scales, minimum scale, ...)
+// applied to its scales.
+fmt::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,
+                                          const torch::jit::Module& model, const LayerPlan& lp);
 
 // Replaces `layer.weight` with the decoded values (keeping its dtype).
 void set_weight_values(torch::jit::Module& layer, const std::vector<float>& values);

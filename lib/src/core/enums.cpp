@@ -1,5 +1,6 @@
 #include "taoquant/enums.h"
 
+#include "taoquant/algorithms.h"
 #include "taoquant/error.h"
 
 namespace tq {
@@ -11,7 +12,7 @@ std::string EnumTable<E>::joined() const {
 
 template struct EnumTable<DType>;
 template struct EnumTable<Mode>;
-template struct EnumTable<Algorithm>;
+template struct EnumTable<Rounding>;
 template struct EnumTable<Granularity>;
 template struct EnumTable<LayerKind>;
 
@@ -38,14 +39,13 @@ const EnumTable<Mode>& mode_table() {
   return t;
 }
 
-const EnumTable<Algorithm>& algorithm_table() {
-  static const EnumTable<Algorithm> t{
-      "algorithm",
-      {{Algorithm::kMinMax, "minmax", "running min/max of the observed values"},
-       {Algorithm::kMax, "max", "absolute max (amax) of the observed values"},
-       {Algorithm::kEntropy, "entropy", "KL-divergence threshold over a 2048-bin histogram"},
-       {Algorithm::kPercentile, "percentile", "clip at a percentile of |x| (default 99.99)"},
-       {Algorithm::kMse, "mse", "clip that minimises quantization MSE"}},
+const EnumTable<Rounding>& rounding_table() {
+  static const EnumTable<Rounding> t{
+      "rounding",
+      {{Rounding::kNearest, "nearest", "round each weight to the nearest grid value"},
+       {Rounding::kGptq, "gptq",
+        "GPTQ: round column by column, moving each error onto the columns left, weighted by "
+        "the inverse Hessian of the layer's calibration inputs"}},
       {}};
   return t;
 }

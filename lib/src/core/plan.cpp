@@ -89,7 +89,8 @@ TensorQuant default_weight(const Spec& spec, const LayerInfo& layer) {
   q.granularity = dtype_traits(q.dtype).default_granularity;
   q.axis = default_axis(layer.kind);
   q.symmetric = q.dtype != DType::kUInt8;
-  q.observer = std::string(to_string(spec.quantize.algorithm));
+  q.observer = spec.quantize.algorithm;
+  q.rounding = spec.quantize.algorithms.weight_rounding;
   q.loc = spec.loc("quantize.default_layer_dtype");
   return q;
 }
@@ -99,7 +100,7 @@ TensorQuant default_activation(const Spec& spec) {
   q.dtype = spec.quantize.default_activation_dtype;
   q.granularity = Granularity::kPerTensor;
   q.symmetric = dtype_traits(q.dtype).is_float8 || q.dtype == DType::kInt4;
-  q.observer = std::string(to_string(spec.quantize.algorithm));
+  q.observer = spec.quantize.algorithm;
   q.loc = spec.loc("quantize.default_activation_dtype");
   return q;
 }
@@ -114,6 +115,7 @@ void apply(TensorQuant& q, const TensorQuantSpec& s, const LayerInfo& layer) {
   if (s.quant_axis) q.axis = *s.quant_axis;
   if (s.group_size) q.group_size = *s.group_size;
   if (s.symmetric) q.symmetric = *s.symmetric;
+  if (s.rounding) q.rounding = *s.rounding;
   if (s.observer) {
     q.observer = *s.observer;
     q.observer_explicit = true;
@@ -186,6 +188,15 @@ std::string LayerPlan::why_float() const {
   return "";
 }
 
+std::vector<std::string> LayerPlan::algorithms(const Plan& plan) const {
+  std::vector<std::string> out;
+  if (!equalized_with.empty()) out.emplace_back("equalization");
+  if (!quantized() || !weights.quantized()) return out;
+  if (weights.rounding != Rounding::kNearest) out.emplace_back(to_string(weights.rounding));
+  if (plan.algorithms.bias_correction) out.emplace_back("bias_correction");
+  return out;
+}
+
 size_t Plan::num_quantized() const {
   return static_cast<size_t>(std::count_if(layers.begin(), layers.end(),
                                            [](const LayerPlan& l) { return l.quantized(); }));
@@ -201,7 +212,8 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
   const auto& q = spec.quantize;
   Plan plan;
   plan.mode = q.mode;
-  plan.algorithm = std::string(to_string(q.algorithm));
+  plan.algorithm = q.algorithm;
+  plan.algorithms = q.algorithms;
   plan.algorithm_loc = spec.loc("quantize.algorithm");
   plan.device = q.device;
   std::vector<int> rule_hits(q.layers.size(), 0);
@@ -275,6 +287,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
       if (t.granularity == Granularity::kPerGroup) j["group_size"] = t.group_size;
       j["observer"] = t.observer;
       if (!t.observer_kwargs.empty()) j["observer_kwargs"] = t.observer_kwargs;
+      if (t.rounding != Rounding::kNearest) j["rounding"] = std::string(to_string(t.rounding));
     }
     return j;
   };
@@ -287,11 +300,14 @@ nlohmann::json plan_to_json(const Plan& plan) {
                       {"activations", tq_json(l.activations)},
                       {"decided_by", l.decided_by},
                       {"skipped", l.skipped},
-                      {"quantized", l.quantized()}});
+                      {"quantized", l.quantized()},
+                      {"algorithms", l.algorithms(plan)}});
     if (!l.quantized()) layers.back()["float_reason"] = l.why_float();
+    if (!l.equalized_with.empty()) layers.back()["equalized_with"] = l.equalized_with;
   }
   return {{"mode", std::string(to_string(plan.mode))},
           {"algorithm", plan.algorithm},
+          {"algorithms", algorithms_to_json(plan.algorithms)},
           {"backend_options", plan.options.values()},
           {"layers", layers},
           {"num_layers", plan.layers.size()},

@@ -136,3 +136,43 @@ TEST_CASE("build_plan: per-layer settings checked against the layer, at the rule
       "true}\n",
       "uint8 weights are affine", 3);
 }
+
+TEST_CASE("build_plan: weight rounding per layer and the algorithms each layer gets",
+          "[plan][algorithms]") {
+  auto spec = parse(R"(quantize:
+  default_layer_dtype: int4
+  weight_rounding: {method: gptq, block_size: 32}
+  bias_correction: true
+  layers:
+    - module_name: "classifier.*"
+      weights: {dtype: int8, rounding: nearest}
+  skip_names: [features.conv1]
+)");
+  auto plan = tq::build_plan(spec, layers());
+  CHECK(plan.algorithms.gptq.block_size == 32);
+  const auto* conv2 = plan.find("features.conv2");
+  REQUIRE(conv2);
+  CHECK(conv2->weights.rounding == tq::Rounding::kGptq);
+  CHECK(conv2->algorithms(plan) == std::vector<std::string>{"gptq", "bias_correction"});
+  const auto* fc1 = plan.find("classifier.fc1");
+  CHECK(fc1->weights.rounding == tq::Rounding::kNearest);
+  CHECK(fc1->algorithms(plan) == std::vector<std::string>{"bias_correction"});
+  // A skipped layer gets nothing.
+  CHECK(plan.find("features.conv1")->algorithms(plan).empty());
+  auto j = tq::plan_to_json(plan);
+  CHECK(j["algorithms"]["weight_rounding"] == "gptq");
+  CHECK(j["algorithms"]["gptq"]["block_size"] == 32);
+  CHECK(j["layers"][1]["algorithms"] == nlohmann::json::array({"gptq", "bias_correction"}));
+  CHECK(j["layers"][1]["weights"]["rounding"] == "gptq");
+}
+
+TEST_CASE("the algorithm table: every key the spec reads, with its modes", "[plan][algorithms]") {
+  for (const auto& d : tq::algorithm_defs()) {
+    CHECK_FALSE(d.help.empty());
+    CHECK_FALSE(d.modes.empty());
+    CHECK(tq::find_algorithm(d.key) == &d);
+  }
+  CHECK(tq::find_algorithm("weight_rounding"));
+  CHECK(tq::find_algorithm("nope") == nullptr);
+  CHECK(tq::rounding_table().parse("gptq") == tq::Rounding::kGptq);
+}

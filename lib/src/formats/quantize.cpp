@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "formats/fp8_impl.h"
 #include "taoquant/error.h"
@@ -99,6 +100,15 @@ struct IntFormat {
     zp = static_cast<float>(q.zp);
     return q;
   }
+  // The quantizer of given qparams (quantize_weight_with, WeightGrid).
+  IntQ from(float scale, float zp) const {
+    IntQ q;
+    q.scale = scale;
+    q.zp = static_cast<int>(zp);
+    q.lo = static_cast<float>(qmin - q.zp);
+    q.hi = static_cast<float>(qmax - q.zp);
+    return q;
+  }
 };
 
 template <class T>
@@ -114,6 +124,15 @@ struct Fp8Format {
     zp = 0;
     return q;
   }
+  Fp8Q<T> from(float scale, float) const { return {scale, table}; }
+};
+
+// A format whose qparams are given: the slice's scale and zero point are
+// already in the output (copied from another quantization of the same shape).
+template <class Fmt>
+struct Fixed {
+  Fmt f;
+  auto make(float, float, float& scale, float& zp) const { return f.from(scale, zp); }
 };
 
 // ---- Code writers ---------------------------------------------------------
@@ -335,14 +354,31 @@ void dispatch_layout(const float* w, const Layout& l, Granularity g, const Fmt& 
     quantize_channels(w, l.outer, l.slices, l.inner, fmt, writer, q, e);
 }
 
-}  // namespace
-
-size_t QuantizedWeight::bytes() const {
-  return codes.size() + sizeof(float) * (scales.size() + zero_points.size());
+// Runs `fn(format, writer)` with the format object and code writer of `f`.
+// `codes` is where the writer puts codes; `lut` the fp8 decode table.
+template <class Fn>
+void with_format(const WeightFormat& f, uint8_t* codes, const float* lut, Fn&& fn) {
+  const ByteWriter bytes{codes};
+  const NibbleWriter nibbles{codes};
+  switch (f.dtype) {
+    case DType::kInt8:
+      return fn(IntFormat{f.symmetric ? -127 : -128, 127, 127.0f, f.symmetric}, bytes);
+    case DType::kUInt8:
+      return fn(IntFormat{0, 255, 0.0f, false}, bytes);
+    case DType::kInt4:
+      return fn(IntFormat{-8, 7, 7.0f, f.symmetric}, nibbles);
+    case DType::kFp8E4M3:
+      return fn(Fp8Format<detail::E4M3Traits>{448.0f, lut}, bytes);
+    case DType::kFp8E5M2:
+      return fn(Fp8Format<detail::E5M2Traits>{57344.0f, lut}, bytes);
+    case DType::kNative:
+      return;  // rejected by check_and_layout
+  }
 }
 
-QuantizedWeight quantize_weight(const float* w, const std::vector<int64_t>& shape,
-                                const WeightFormat& f) {
+// quantize_weight, with the qparams of `fixed` when given.
+QuantizedWeight quantize_impl(const float* w, const std::vector<int64_t>& shape,
+                              const WeightFormat& f, const QuantizedWeight* fixed) {
   const Layout l = check_and_layout(shape, f);
   QuantizedWeight q;
   q.format = f;
@@ -351,40 +387,76 @@ QuantizedWeight quantize_weight(const float* w, const std::vector<int64_t>& shap
   q.codes.assign(int4 ? (l.code_elems + 1) / 2 : l.code_elems, 0);
   q.scales.assign(l.slices, 1.0f);
   if (!f.symmetric) q.zero_points.assign(l.slices, 0.0f);
+  if (fixed) {
+    if (fixed->scales.size() != l.slices || fixed->zero_points.size() != q.zero_points.size())
+      throw UsageError("quantize_weight_with: the given qparams have " +
+                       std::to_string(fixed->scales.size()) + " scales; " + fmt_name(f) +
+                       " needs " + std::to_string(l.slices));
+    q.scales = fixed->scales;
+    q.zero_points = fixed->zero_points;
+  }
   q.lut = make_lut(f.dtype);
   if (f.granularity == Granularity::kPerGroup) {
     q.group_size = static_cast<int64_t>(l.gs);
     q.groups_per_row = static_cast<int64_t>(l.gpr);
   }
   q.dequant.resize(l.numel);
-
   Energy e;
-  const ByteWriter bytes{q.codes.data()};
-  const NibbleWriter nibbles{q.codes.data()};
-  switch (f.dtype) {
-    case DType::kInt8:
-      dispatch_layout(w, l, f.granularity,
-                      IntFormat{f.symmetric ? -127 : -128, 127, 127.0f, f.symmetric}, bytes, q, e);
-      break;
-    case DType::kUInt8:
-      dispatch_layout(w, l, f.granularity, IntFormat{0, 255, 0.0f, false}, bytes, q, e);
-      break;
-    case DType::kInt4:
-      dispatch_layout(w, l, f.granularity, IntFormat{-8, 7, 7.0f, f.symmetric}, nibbles, q, e);
-      break;
-    case DType::kFp8E4M3:
-      dispatch_layout(w, l, f.granularity, Fp8Format<detail::E4M3Traits>{448.0f, q.lut.data()},
-                      bytes, q, e);
-      break;
-    case DType::kFp8E5M2:
-      dispatch_layout(w, l, f.granularity, Fp8Format<detail::E5M2Traits>{57344.0f, q.lut.data()},
-                      bytes, q, e);
-      break;
-    case DType::kNative:
-      break;  // rejected by check_and_layout
-  }
+  with_format(f, q.codes.data(), q.lut.data(), [&](const auto& fmt, const auto& writer) {
+    using F = std::decay_t<decltype(fmt)>;
+    if (fixed)
+      dispatch_layout(w, l, f.granularity, Fixed<F>{fmt}, writer, q, e);
+    else
+      dispatch_layout(w, l, f.granularity, fmt, writer, q, e);
+  });
   q.sqnr_db = e.db();
   return q;
+}
+
+}  // namespace
+
+size_t QuantizedWeight::bytes() const {
+  return codes.size() + sizeof(float) * (scales.size() + zero_points.size());
+}
+
+QuantizedWeight quantize_weight(const float* w, const std::vector<int64_t>& shape,
+                                const WeightFormat& f) {
+  return quantize_impl(w, shape, f, nullptr);
+}
+
+QuantizedWeight quantize_weight_with(const float* w, const QuantizedWeight& qparams) {
+  return quantize_impl(w, qparams.shape, qparams.format, &qparams);
+}
+
+WeightGrid::WeightGrid(const QuantizedWeight& q) : q_(q) {
+  const Layout l = check_and_layout(q.shape, q.format);
+  inner_ = l.inner;
+  slices_ = l.slices;
+  row_len_ = l.row_len;
+  gs_ = l.gs;
+  gpr_ = l.gpr;
+}
+
+size_t WeightGrid::slice(size_t flat) const {
+  switch (q_.format.granularity) {
+    case Granularity::kPerTensor:
+      return 0;
+    case Granularity::kPerChannel:
+      return (flat / inner_) % slices_;
+    case Granularity::kPerGroup:
+      return (flat / row_len_) * gpr_ + (flat % row_len_) / gs_;
+  }
+  return 0;
+}
+
+float WeightGrid::nearest(size_t flat, float v) const {
+  const size_t s = slice(flat);
+  const float scale = q_.scales.at(s);
+  const float zp = q_.zero_points.empty() ? 0.0f : q_.zero_points[s];
+  float dq = 0;
+  with_format(q_.format, nullptr, q_.lut.data(),
+              [&](const auto& fmt, const auto&) { (void)fmt.from(scale, zp)(v, dq); });
+  return dq;
 }
 
 }  // namespace tq::fmt

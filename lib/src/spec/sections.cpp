@@ -215,8 +215,8 @@ class Section {
 
 TensorQuantSpec read_tensor(const Node& n, const std::string& path) {
   Section s(n, path);
-  s.only({"dtype", "granularity", "quant_axis", "group_size", "symmetric", "observer_or_fake_quant",
-          "observer_or_fake_quant_kwargs"});
+  s.only({"dtype", "granularity", "quant_axis", "group_size", "symmetric", "rounding",
+          "observer_or_fake_quant", "observer_or_fake_quant_kwargs"});
   TensorQuantSpec t;
   t.loc = n.loc;
   s.read("dtype", t.dtype, to_enum(dtype_table()));
@@ -224,6 +224,7 @@ TensorQuantSpec read_tensor(const Node& n, const std::string& path) {
   s.read("quant_axis", t.quant_axis, int_at_least(INT_MIN));
   s.read("group_size", t.group_size, int_at_least(1));
   s.read("symmetric", t.symmetric, to_bool);
+  s.read("rounding", t.rounding, to_enum(rounding_table()));
   s.read("observer_or_fake_quant", t.observer, to_nonempty);
   s.read("observer_or_fake_quant_kwargs", t.observer_kwargs, to_json_map);
   return t;
@@ -250,19 +251,76 @@ std::vector<LayerRule> read_layers(const Node& n, const std::string& path) {
     }
     rule.module_name = to_nonempty(*name, s.at("module_name"));
     if (const Node* w = s.get("weights")) rule.weights = read_tensor(*w, s.at("weights"));
-    if (const Node* a = s.get("activations"))
+    if (const Node* a = s.get("activations")) {
       rule.activations = read_tensor(*a, s.at("activations"));
+      if (const Entry* r = rule.activations->rounding ? a->find("rounding") : nullptr)
+        fail(*r->value, s.at("activations") + ".rounding",
+             "applies to weights only (activations are rounded to nearest)");
+    }
     out.push_back(std::move(rule));
   }
   return out;
 }
 
+// quantize.weight_rounding: a method name, or {method, damp, block_size, act_order}.
+void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSettings& a) {
+  a.weight_rounding_loc = n.loc;
+  if (n.is_scalar()) {
+    a.weight_rounding = to_enum(rounding_table())(n, path);
+    return;
+  }
+  Section s(n, path);
+  s.only({"method", "damp", "block_size", "act_order"});
+  if (!s.get("method"))
+    fail(n, path,
+         "needs method: " + rounding_table().joined() +
+             " (e.g. {method: gptq, damp: 0.01, block_size: 128, act_order: false})");
+  s.read("method", a.weight_rounding, to_enum(rounding_table()));
+  s.read("damp", a.gptq.damp, positive_number());
+  s.read("block_size", a.gptq.block_size, int_at_least(1));
+  s.read("act_order", a.gptq.act_order, to_bool);
+}
+
+// The algorithm keys (algorithms.h), and the modes they apply to.
+void read_algorithms(const Section& s, QuantizeSpec& q) {
+  auto& a = q.algorithms;
+  if (const Node* n = s.get("equalization")) {
+    a.equalization_loc = n->loc;
+    if (n->is_scalar()) {
+      a.equalization.enabled = to_bool(*n, s.at("equalization"));
+    } else {
+      Section e(*n, s.at("equalization"));
+      e.only({"iterations"});
+      a.equalization.enabled = true;
+      e.read("iterations", a.equalization.iterations, int_at_least(1));
+    }
+  }
+  if (const Node* n = s.get("weight_rounding"))
+    read_weight_rounding(*n, s.at("weight_rounding"), a);
+  if (const Node* n = s.get("bias_correction")) {
+    a.bias_correction = to_bool(*n, s.at("bias_correction"));
+    a.bias_correction_loc = n->loc;
+  }
+  check_algorithm_modes(a, q.mode);
+  for (const auto& rule : q.layers) {
+    if (!rule.weights || !rule.weights->rounding) continue;
+    AlgorithmSettings per_layer;
+    per_layer.weight_rounding = *rule.weights->rounding;
+    per_layer.weight_rounding_loc = rule.weights->loc;
+    check_algorithm_modes(per_layer, q.mode);
+  }
+}
+
 void read_quantize(const Section& s, QuantizeSpec& q) {
-  s.only({"backend", "mode", "algorithm", "default_layer_dtype", "default_activation_dtype",
-          "layers", "skip_names", "model_path", "results_dir", "backend_kwargs", "device"});
+  std::vector<std::string> keys{
+      "backend", "mode",       "algorithm",  "default_layer_dtype", "default_activation_dtype",
+      "layers",  "skip_names", "model_path", "results_dir",         "backend_kwargs",
+      "device"};
+  for (const auto& d : algorithm_defs()) keys.emplace_back(d.key);
+  s.only(keys);
   s.read("backend", q.backend, to_nonempty);
   s.read("mode", q.mode, to_enum(mode_table()));
-  s.read("algorithm", q.algorithm, to_enum(algorithm_table()));
+  s.read("algorithm", q.algorithm, to_nonempty);
   s.read("default_layer_dtype", q.default_layer_dtype, to_enum(dtype_table()));
   s.read("default_activation_dtype", q.default_activation_dtype, to_enum(dtype_table()));
   if (const Node* n = s.get("layers")) q.layers = read_layers(*n, s.at("layers"));
@@ -276,6 +334,7 @@ void read_quantize(const Section& s, QuantizeSpec& q) {
   s.read("results_dir", q.results_dir, to_str);
   s.read("backend_kwargs", q.backend_kwargs, to_json_map);
   s.read("device", q.device, to_device);
+  read_algorithms(s, q);
 }
 
 PreprocessSpec read_preprocess(const Section& s) {

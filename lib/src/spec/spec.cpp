@@ -115,15 +115,36 @@ void require_results_dir(const Spec& spec) {
               "the directory results are written to");
 }
 
+namespace {
+
+// Which setting needs calibration data ("" when none does).
+std::string calibration_user(const Spec& spec) {
+  const auto& q = spec.quantize;
+  if (q.mode == Mode::kStatic) return "quantize.mode static_ptq";
+  if (q.algorithms.weight_rounding != Rounding::kNearest)
+    return "quantize.weight_rounding " + std::string(to_string(q.algorithms.weight_rounding));
+  if (q.algorithms.bias_correction) return "quantize.bias_correction";
+  for (size_t i = 0; i < q.layers.size(); ++i) {
+    const auto& w = q.layers[i].weights;
+    if (w && w->rounding && *w->rounding != Rounding::kNearest)
+      return "quantize.layers." + std::to_string(i) + ".weights.rounding " +
+             std::string(to_string(*w->rounding));
+  }
+  return "";
+}
+
+}  // namespace
+
 void require_calibration(const Spec& spec) {
-  if (spec.quantize.mode != Mode::kStatic) return;
+  const std::string user = calibration_user(spec);
+  if (user.empty()) return;
   const auto& cal = spec.dataset.quant_calibration_dataset;
   if (cal && !cal->empty()) return;
   const std::string section = "dataset.quant_calibration_dataset";
   const std::string how = "set " + section + ".images_dir (an image folder) or " + section +
                           ".data_file (.npz/.npy/.pt) in the spec or pass " + section +
                           ".images_dir=DIR";
-  const std::string what = "quantize.mode static_ptq needs calibration data";
+  const std::string what = user + " needs calibration data";
   for (const std::string& key : {section, section + ".images_dir", section + ".data_file"})
     if (spec.missing.count(key)) throw_unset(spec, key, how, what);
   SourceLoc loc = spec.locs.count(section) ? spec.loc(section) : spec.loc("quantize.mode");

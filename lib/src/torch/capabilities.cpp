@@ -5,7 +5,10 @@
 #include <optional>
 #include <set>
 
+#include "core/messages.h"
 #include "taoquant/backend.h"
+#include "taoquant/observer.h"
+#include "taoquant/strings.h"
 
 namespace tq {
 
@@ -108,6 +111,16 @@ void check_tensor_rule(const Spec& spec, const BackendRegistry::Resolved& b, con
   check_constraint_kwargs(spec, b, t, key);
 }
 
+// An observer name (quantize.algorithm, observer_or_fake_quant) must be in
+// the observer registry, which plugins extend: checked before the model loads.
+void check_observer_name(const Spec& spec, const std::string& name, const std::string& key) {
+  const auto names = ObserverRegistry::instance().names();
+  if (contains(names, name)) return;
+  throw SpecError(spec.loc(key), key + ": " + quote_value(name) +
+                                     " is not a registered observer (registered: " + join(names) +
+                                     ")" + did_you_mean(name, names));
+}
+
 }  // namespace
 
 ModeCaps Capabilities::for_mode(Mode m) const {
@@ -133,6 +146,7 @@ BackendOptions check_capabilities(const Spec& spec, const BackendRegistry::Resol
     throw SpecError(spec.loc("quantize.mode"), msg);
   }
   const ModeCaps mc = b.info->caps.for_mode(q.mode);
+  check_observer_name(spec, q.algorithm, "quantize.algorithm");
   check_dtype(spec, b, mc, q.default_layer_dtype, true, "quantize.default_layer_dtype");
   if (q.mode != Mode::kWeightOnly)
     check_dtype(spec, b, mc, q.default_activation_dtype, false,
@@ -140,8 +154,14 @@ BackendOptions check_capabilities(const Spec& spec, const BackendRegistry::Resol
   for (size_t i = 0; i < q.layers.size(); ++i) {
     const auto& r = q.layers[i];
     const std::string base = "quantize.layers." + std::to_string(i);
-    if (r.weights) check_tensor_rule(spec, b, mc, *r.weights, true, base + ".weights");
-    if (r.activations) check_tensor_rule(spec, b, mc, *r.activations, false, base + ".activations");
+    for (const auto* t : {&r.weights, &r.activations}) {
+      if (!*t) continue;
+      const bool weights = t == &r.weights;
+      const std::string key = base + (weights ? ".weights" : ".activations");
+      check_tensor_rule(spec, b, mc, **t, weights, key);
+      if ((*t)->observer)
+        check_observer_name(spec, *(*t)->observer, key + ".observer_or_fake_quant");
+    }
   }
   return resolve_options(b.info->caps.options, q.backend_kwargs, q.mode, backend_label(b),
                          spec.locs, spec.loc("quantize"));

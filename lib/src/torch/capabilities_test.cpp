@@ -148,6 +148,15 @@ TEST_CASE("capabilities: spec errors name the key before the model loads", "[cap
          "does not support weight dtype 'int4' in mode static_ptq (supported: int8)", 4);
   expect("quantize:\n  backend: torchao\n  mode: static_ptq\n",
          "use backend 'libtorch' for static_ptq", 3);
+  // Observer names come from the observer registry (plugins extend it).
+  expect("quantize:\n  backend: libtorch\n  algorithm: entropi\n",
+         "quantize.algorithm: 'entropi' is not a registered observer (registered: ", 3);
+  expect("quantize:\n  backend: libtorch\n  algorithm: entropi\n", "(did you mean 'entropy'?)", 3);
+  expect(
+      "quantize:\n  backend: libtorch\n  layers:\n    - module_name: fc\n      weights: "
+      "{dtype: int8, observer_or_fake_quant: histogrm}\n",
+      "quantize.layers.0.weights.observer_or_fake_quant: 'histogrm' is not a registered observer",
+      5);
 }
 
 TEST_CASE("capabilities: a kind the backend does not know is a spec error", "[capabilities]") {

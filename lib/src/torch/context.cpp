@@ -26,6 +26,10 @@ LayerResult kept_float_result(const LayerPlan& lp, size_t weight_bytes, std::str
 }
 
 void QuantizeContext::add_layer_result(LayerResult r) {
+  // What the library's algorithm stages did to this layer.
+  auto facts = algorithm_facts.find(r.name);
+  if (facts != algorithm_facts.end() && !r.extra.contains("algorithms"))
+    r.extra["algorithms"] = facts->second;
   results_.push_back(std::move(r));
   if (on_layer) on_layer(results_.back(), results_.size() - 1);
 }

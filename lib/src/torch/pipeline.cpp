@@ -1,5 +1,6 @@
 #include "taoquant/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "taoquant/model.h"
 #include "taoquant/report.h"
 #include "taoquant/steps.h"
+#include "taoquant/weight_algorithms.h"
 
 namespace tq {
 
@@ -52,9 +54,24 @@ CheckedBackend resolve_backend(const Spec& spec) {
   return {b, std::move(options)};
 }
 
+// Which layers cross-layer equalization pairs, shown by inspect before any work.
+void plan_equalization(Plan& plan, const torch::jit::Module& model) {
+  const auto pairs = equalization_pairs(model);
+  for (auto& lp : plan.layers)
+    for (const auto& p : pairs) {
+      if (lp.info.name == p.first) lp.equalized_with.push_back(p.second);
+      if (lp.info.name == p.second) lp.equalized_with.push_back(p.first);
+    }
+  if (pairs.empty())
+    plan.warnings.push_back(plan.algorithms.equalization_loc.str() +
+                            ": quantize.equalization: no layer pair to equalize (conv or linear "
+                            "layers joined by ReLU, pooling or a BatchNorm, each used once)");
+}
+
 Plan plan_for(const Spec& spec, const CheckedBackend& b, const torch::jit::Module& model) {
   Plan plan = build_plan(spec, discover_layers(model));
   apply_capabilities(spec, plan, b.backend, b.options);
+  if (plan.algorithms.equalization.enabled) plan_equalization(plan, model);
   return plan;
 }
 
@@ -107,23 +124,66 @@ void run_stage(const std::string& backend, const char* what, bool verbose,
 }
 
 struct StageTimes {
-  double calibrate_s = 0, quantize_s = 0, save_s = 0;
+  double algorithms_s = 0, calibrate_s = 0, quantize_s = 0, save_s = 0;
 };
+
+// Whether a layer gets an algorithm that reads calibration data.
+bool plan_runs_algorithms(const Plan& plan) {
+  return std::any_of(plan.layers.begin(), plan.layers.end(), [&](const LayerPlan& lp) {
+    const auto a = lp.algorithms(plan);
+    return std::any_of(a.begin(), a.end(),
+                       [](const std::string& s) { return s != "equalization"; });
+  });
+}
+
+// Cross-layer equalization of the float model, before everything else.
+nlohmann::json run_equalization(QuantizeContext& ctx) {
+  const auto t0 = Clock::now();
+  const auto pairs = equalization_pairs(ctx.model);
+  auto facts = equalize(ctx.model, pairs, ctx.plan.algorithms.equalization.iterations);
+  for (const auto& p : facts["pairs"]) {
+    for (const char* role : {"first", "second"}) {
+      auto& f = ctx.algorithm_facts[p[role].get<std::string>()]["equalization"];
+      f[std::string(role) == "first" ? "next" : "previous"] =
+          p[std::string(role) == "first" ? "second" : "first"];
+      f[std::string(role) == "first" ? "output_range_spread" : "input_range_spread"] =
+          p[std::string(role) + "_range_spread"];
+    }
+  }
+  return {{"pairs", pairs.size()}, {"sweeps", facts["sweeps"]}, {"seconds", since(t0)}};
+}
 
 // prepare, calibrate (static mode, Calibratable backends), quantize.
 void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ctx,
                  const QuantizeOptions& opts, StageTimes& times) {
   const std::string& name = ctx.plan.backend_requested;
   const auto t0 = Clock::now();
-  run_stage(name, "prepare", opts.verbose, [&] { quantizer.prepare(ctx); });
   // The data stays open until the backend has finished (it may calibrate again).
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<CalibrationData> data;
-  ctx.on_progress = opts.on_progress;
-  if (auto* cal = dynamic_cast<Calibratable*>(&quantizer); cal && ctx.plan.mode == Mode::kStatic) {
+  auto open_data = [&] {
     loader = make_data_loader(spec, *spec.dataset.quant_calibration_dataset,
                               "dataset.quant_calibration_dataset", /*want_labels=*/false);
     data = std::make_unique<CalibrationData>(*loader, opts.on_progress);
+  };
+  ctx.on_progress = opts.on_progress;
+  nlohmann::json stages = nlohmann::json::object();  // algorithm stage facts, for the report
+  if (ctx.plan.algorithms.equalization.enabled)
+    run_stage(name, "equalization", opts.verbose,
+              [&] { stages["equalization"] = run_equalization(ctx); });
+  if (plan_runs_algorithms(ctx.plan)) {
+    // The library's algorithm stage (GPTQ, bias correction) on the float model.
+    open_data();
+    const auto ta = Clock::now();
+    run_stage(name, "the algorithm stage", opts.verbose,
+              [&] { run_weight_algorithms(ctx, *data); });
+    times.algorithms_s = since(ta);
+    stages["weights"] = ctx.calibration.value("algorithms", nlohmann::json::object());
+    ctx.calibration = data->facts();
+  }
+  run_stage(name, "prepare", opts.verbose, [&] { quantizer.prepare(ctx); });
+  if (auto* cal = dynamic_cast<Calibratable*>(&quantizer); cal && ctx.plan.mode == Mode::kStatic) {
+    open_data();
     const auto tc = Clock::now();
     run_stage(name, "calibrate", opts.verbose, [&] { cal->calibrate(ctx, *data); });
     times.calibrate_s = since(tc);
@@ -131,20 +191,35 @@ void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ct
     ctx.calibration["seconds"] = times.calibrate_s;
   }
   run_stage(name, "quantize", opts.verbose, [&] { quantizer.quantize(ctx); });
-  times.quantize_s = since(t0) - times.calibrate_s;
+  if (!stages.empty()) ctx.calibration["algorithms"] = stages;
+  times.quantize_s = since(t0) - times.calibrate_s - times.algorithms_s;
+}
+
+// `j` without wall-clock timings ("seconds" keys): the artifact embeds the
+// facts of a run, and the same inputs must give the same bytes; timings go
+// to the report only.
+nlohmann::json without_timings(nlohmann::json j) {
+  if (j.is_object()) {
+    j.erase("seconds");
+    for (auto& [k, v] : j.items()) v = without_timings(v);
+  } else if (j.is_array()) {
+    for (auto& v : j) v = without_timings(v);
+  }
+  return j;
 }
 
 // The files embedded next to the model: the resolved spec, the layers, and
 // the tool/backend facts.
 void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContext& ctx) {
   ctx.extra_files["tao_quant_spec.json"] = spec.resolved.dump(2);
-  ctx.extra_files["tao_quant_layers.json"] = layers_to_json(out.plan, out.layers).dump(2);
+  ctx.extra_files["tao_quant_layers.json"] =
+      without_timings(layers_to_json(out.plan, out.layers)).dump(2);
   nlohmann::json meta{
       {"tool", tool_info()},
       {"backend", {{"requested", out.requested_backend}, {"resolved", out.resolved_backend}}},
       {"mode", std::string(to_string(out.plan.mode))},
       {"backend_meta", ctx.backend_meta},
-      {"calibration", ctx.calibration}};
+      {"calibration", without_timings(ctx.calibration)}};
   ctx.extra_files["tao_quant_meta.json"] = meta.dump(2);
 }
 
@@ -175,7 +250,7 @@ CheckedBackend check_before_model(const Spec& spec) {
   require_model_path(spec);
   require_results_dir(spec);
   check_device(spec);
-  if (spec.quantize.mode == Mode::kStatic) require_calibration(spec);
+  require_calibration(spec);
   return checked;
 }
 
@@ -225,6 +300,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
                          checked.backend.info->origin,
                          {{"load_s", load_s},
                           {"plan_s", plan_s},
+                          {"algorithms_s", times.algorithms_s},
                           {"calibrate_s", times.calibrate_s},
                           {"quantize_s", times.quantize_s},
                           {"save_s", times.save_s},

@@ -1,10 +1,12 @@
 #include "taoquant/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 #include "taoquant/pipeline.h"
+#include "taoquant/strings.h"
 
 namespace tq {
 
@@ -151,6 +153,10 @@ std::string format_quantize_summary(const QuantizeOutcome& out) {
 }
 
 std::string format_plan_table(const Plan& plan) {
+  // The algorithms column shows only when some layer has one.
+  const bool algorithms =
+      std::any_of(plan.layers.begin(), plan.layers.end(),
+                  [&](const LayerPlan& l) { return !l.algorithms(plan).empty(); });
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     const auto& l = plan.layers[i];
@@ -160,11 +166,13 @@ std::string format_plan_table(const Plan& plan) {
                     shape_str(l.info.weight_shape), kept ? "float" : l.weights.str(),
                     kept ? "float" : l.activations.str(),
                     kept ? l.decided_by + "; stays float: " + l.float_reason : l.decided_by});
+    if (algorithms) rows.back().insert(rows.back().end() - 1, join(l.algorithms(plan), "+"));
   }
+  std::vector<std::string> header{"#", "layer", "class", "weight shape", "weights", "activations"};
+  if (algorithms) header.emplace_back("algorithms");
+  header.emplace_back("decided by");
   std::ostringstream os;
-  os << format_table(
-      {"#", "layer", "class", "weight shape", "weights", "activations", "decided by"}, rows,
-      {true, false, false, false, false, false, false});
+  os << format_table(header, rows, {true});
   os << plan.num_quantized() << "/" << plan.layers.size() << " layers quantized, mode "
      << to_string(plan.mode) << "\n";
   for (const auto& w : plan.warnings) os << "warning: " << w << "\n";

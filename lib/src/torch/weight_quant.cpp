@@ -75,6 +75,13 @@ namespace tq {
 
 fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
                                              const torch::jit::Module& model, const LayerPlan& lp) {
+  auto o = ctx.weight_overrides.find(lp.info.name);
+  if (o != ctx.weight_overrides.end() && o->second) return *o->second;
+  return round_planned_weight(ctx, model, lp);
+}
+
+fmt::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,
+                                          const torch::jit::Module& model, const LayerPlan& lp) {
   const BackendInfo* backend = BackendRegistry::instance().find(ctx.plan.backend_resolved);
   if (!backend || !constraints_active(backend->caps.constraints))
     return quantize_layer_weight(model, lp);

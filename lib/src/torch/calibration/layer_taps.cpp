@@ -28,6 +28,7 @@ constexpr int64_t kOutputTap = int64_t{1} << 32;
 struct TapState {
   const std::vector<std::string>* names = nullptr;
   const CaptureOptions* opts = nullptr;
+  const LayerInputFn* on_input = nullptr;  // streaming: every input call, nothing kept
   std::map<int64_t, at::Tensor> in, out;
   std::map<int64_t, int64_t> kept;  // samples kept per layer id
 };
@@ -37,6 +38,10 @@ at::Tensor tap_op(const at::Tensor& x, int64_t id) {
   TapState* taps = TapScope::current();
   if (!taps) return x;
   const bool is_out = id >= kOutputTap;
+  if (taps->on_input) {
+    if (!is_out) (*taps->on_input)(taps->names->at(static_cast<size_t>(id)), x);
+    return x;
+  }
   const int64_t lid = is_out ? id - kOutputTap : id;
   auto& dst = is_out ? taps->out : taps->in;
   if (dst.count(lid)) return x;  // a layer called twice: its first call
@@ -138,34 +143,66 @@ std::map<std::string, std::string> layer_input_observers(const torch::jit::Modul
   return out;
 }
 
-LayerCapture capture_layers(const torch::jit::Module& model, const std::vector<at::Tensor>& inputs,
-                            const CaptureOptions& opts) {
-  // A private copy (its own types and graphs; the tensors are shared, not
-  // copied) whose forward is inlined, with taps around each layer.
+namespace {
+
+// A private copy of `model` (its own types and graphs; the tensors are
+// shared, not copied) whose forward is inlined, with taps around each layer.
+torch::jit::Module tapped_copy(const torch::jit::Module& model, bool outputs,
+                               std::vector<std::string>& names) {
   torch::jit::Module m = model.clone(/*inplace=*/true);
   auto g = m.get_method("forward").graph();
   jit::inline_calls(*g);
-  std::vector<std::string> names;
   for (const jit::LayerSite& site : jit::layer_sites(*g)) {
     const auto lid = static_cast<int64_t>(names.size());
     jit::insert_call_on_input(site.op, 0, "taoquant::tap", lid);
-    if (opts.outputs) jit::insert_call_on_output(site.op, "taoquant::tap", lid + kOutputTap);
+    if (outputs) jit::insert_call_on_output(site.op, "taoquant::tap", lid + kOutputTap);
     names.push_back(site.layer);
   }
+  return m;
+}
+
+c10::IValue run_tapped(torch::jit::Module& m, TapState& state,
+                       const std::vector<at::Tensor>& inputs) {
+  TapScope scope(state);
+  torch::NoGradGuard no_grad;
+  NoGraphOptimization no_opt;
+  std::vector<c10::IValue> in(inputs.begin(), inputs.end());
+  return m.forward(in);
+}
+
+}  // namespace
+
+LayerCapture capture_layers(const torch::jit::Module& model, const std::vector<at::Tensor>& inputs,
+                            const CaptureOptions& opts) {
+  std::vector<std::string> names;
+  torch::jit::Module m = tapped_copy(model, opts.outputs, names);
   TapState state;
   state.names = &names;
   state.opts = &opts;
   LayerCapture out;
-  {
-    TapScope scope(state);
-    torch::NoGradGuard no_grad;
-    NoGraphOptimization no_opt;
-    std::vector<c10::IValue> in(inputs.begin(), inputs.end());
-    out.model_output = m.forward(in);
-  }
+  out.model_output = run_tapped(m, state, inputs);
   for (auto& [id, t] : state.in) out.inputs[names.at(static_cast<size_t>(id))] = std::move(t);
   for (auto& [id, t] : state.out) out.outputs[names.at(static_cast<size_t>(id))] = std::move(t);
   return out;
+}
+
+struct LayerInputStream::Impl {
+  std::vector<std::string> names;
+  torch::jit::Module m;
+  CaptureOptions opts;
+};
+
+LayerInputStream::LayerInputStream(const torch::jit::Module& model) : impl_(new Impl) {
+  impl_->m = tapped_copy(model, /*outputs=*/false, impl_->names);
+}
+LayerInputStream::~LayerInputStream() = default;
+
+void LayerInputStream::run(const std::vector<at::Tensor>& inputs, const LayerInputFn& fn) {
+  TapState state;
+  state.names = &impl_->names;
+  state.opts = &impl_->opts;
+  state.on_input = &fn;
+  run_tapped(impl_->m, state, inputs);
 }
 
 std::map<std::string, at::Tensor> capture_layer_inputs(const torch::jit::Module& model,

@@ -63,6 +63,12 @@ const std::map<std::string, OpInfo>& table() {
                              "aten::slice",
                              "aten::t"})
       t[name] = {OpRole::kPassesRanges, std::nullopt};
+    for (const char* name :
+         {"aten::relu", "aten::relu_", "aten::max_pool1d", "aten::max_pool2d", "aten::max_pool3d",
+          "aten::adaptive_max_pool2d", "aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d",
+          "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d",
+          "aten::dropout", "aten::dropout_", "aten::contiguous", "aten::detach"})
+      t[name].commutes_with_channel_scale = true;
     return t;
   }();
   return kTable;

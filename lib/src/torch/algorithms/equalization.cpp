@@ -1,0 +1,304 @@
+// Cross-layer equalization (Nagel et al. 2019, "Data-Free Quantization
+// Through Weight Equalization and Bias Correction", sec. 4.1). For two
+// layers joined by ops that commute with a positive per-channel scale
+// (ReLU, pooling, dropout; a BatchNorm right after the first), output
+// channel i of the first is divided by s_i and input channel i of the
+// second multiplied by it, with s_i = sqrt(r1_i / r2_i): both then have the
+// per-channel range sqrt(r1_i r2_i). r1 is the first layer's range as the
+// backends quantize it (after BN folding). Chains are swept until the
+// scales converge. The float model computes the same function.
+//
+// ReLU6 (a clip at c after a ReLU) does not commute with a scale; instead of
+// replacing it with ReLU (the DFQ paper's choice, which changes the float
+// model), the clip of a pair is rewritten to a per-channel clip at c / s_i
+// (relu, then minimum with a buffer of the model), which keeps the function
+// exact.
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "taoquant/jit.h"
+#include "taoquant/model.h"
+#include "taoquant/weight_algorithms.h"
+
+namespace tq {
+
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+// Uses of `v` other than shape reads (BatchNorm checks input.size()).
+std::vector<torch::jit::Use> data_uses(Value* v) {
+  std::vector<torch::jit::Use> out;
+  for (const auto& u : v->uses()) {
+    const std::string k = u.user->kind().toQualString();
+    if (k != "aten::size" && k != "aten::dim") out.push_back(u);
+  }
+  return out;
+}
+
+bool is_flatten_from_channels(Node* n) {
+  if (std::string(n->kind().toQualString()) != "aten::flatten") return false;
+  auto start = torch::jit::toIValue(n->input(1)), end = torch::jit::toIValue(n->input(2));
+  return start && end && start->isInt() && end->isInt() && start->toInt() == 1 &&
+         end->toInt() == -1;
+}
+
+// hardtanh(x, 0, c) with c > 0 (ReLU6: c = 6): returns c, else 0.
+double relu_clip(Node* n) {
+  const std::string k = n->kind().toQualString();
+  if (k != "aten::hardtanh" && k != "aten::hardtanh_") return 0;
+  auto lo = torch::jit::toIValue(n->input(1)), hi = torch::jit::toIValue(n->input(2));
+  if (!lo || !hi || !lo->isScalar() || !hi->isScalar()) return 0;
+  const double l = lo->toScalar().toDouble(), h = hi->toScalar().toDouble();
+  return l == 0 && h > 0 ? h : 0;
+}
+
+// Follows the output of layer op `a` to the layer op it feeds alone.
+Node* follow(Node* a, EqualizationPair& p, Node** clip_node) {
+  Value* v = a->output();
+  const bool linear = std::string(a->kind().toQualString()) == "aten::linear";
+  for (int depth = 0; depth < 16; ++depth) {
+    auto uses = data_uses(v);
+    if (uses.size() != 1 || uses[0].offset != 0) return nullptr;
+    Node* u = uses[0].user;
+    const std::string k = u->kind().toQualString();
+    if (k == "aten::batch_norm" && depth == 0 && !linear) {
+      auto bn = jit::layer_of(u);
+      if (!bn) return nullptr;
+      p.batch_norm = *bn;
+      auto eps = torch::jit::toIValue(u->input(7));
+      p.bn_eps = eps && eps->isDouble() ? eps->toDouble() : 1e-5;
+    } else if (jit::op_info(u).commutes_with_channel_scale) {
+      p.through.push_back(k.substr(k.find("::") + 2));
+    } else if (double c = relu_clip(u); c > 0 && p.clip == 0) {
+      p.through.push_back("relu6");
+      p.clip = c;
+      if (clip_node) *clip_node = u;
+    } else if (!linear && is_flatten_from_channels(u)) {
+      p.through.push_back("flatten");
+      p.flattened = true;
+    } else if (jit::is_layer_op(u)) {
+      const bool b_linear = std::string(u->kind().toQualString()) == "aten::linear";
+      return (b_linear == (linear || p.flattened)) ? u : nullptr;
+    } else {
+      return nullptr;
+    }
+    v = u->output(0);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+namespace {
+
+// The pairs of an inlined graph whose constant branches are folded; with
+// `clips`, the clip node of each pair (or nullptr), in the same order.
+std::vector<EqualizationPair> pairs_in(torch::jit::Graph& g, std::vector<Node*>* clips) {
+  std::vector<std::pair<Node*, std::string>> sites;
+  std::map<std::string, int> calls;
+  jit::for_each_node(g.block(), [&](Node* n) {
+    if (!jit::is_layer_op(n)) return;
+    auto l = jit::layer_of(n);
+    if (!l) return;
+    ++calls[*l];
+    sites.emplace_back(n, *l);
+  });
+  std::map<Node*, std::string> layer_at(sites.begin(), sites.end());
+  std::vector<EqualizationPair> out;
+  for (const auto& [node, name] : sites) {
+    EqualizationPair p;
+    p.first = name;
+    Node* clip = nullptr;
+    Node* b = calls[name] == 1 ? follow(node, p, &clip) : nullptr;
+    if (!b || !layer_at.count(b) || calls[layer_at[b]] != 1) continue;
+    p.second = layer_at[b];
+    out.push_back(std::move(p));
+    if (clips) clips->push_back(clip);
+  }
+  return out;
+}
+
+// Makes the forward graph what pair detection reads: calls inlined,
+// training flags and constant branches folded (`if inplace:` of ReLU).
+void simplify(const std::shared_ptr<torch::jit::Graph>& g) {
+  jit::inline_calls(*g);
+  jit::fold_training_flags(*g);
+  jit::fold_constants(g);
+}
+
+}  // namespace
+
+std::vector<EqualizationPair> equalization_pairs(const torch::jit::Module& model) {
+  auto g = model.get_method("forward").graph()->copy();
+  simplify(g);
+  return pairs_in(*g, nullptr);
+}
+
+namespace {
+
+struct PairTensors {
+  torch::jit::Module a, b, bn;
+  at::Tensor wa, ba, wb, gamma, beta, var;
+  int64_t channels = 0;
+};
+
+PairTensors load(torch::jit::Module& model, const EqualizationPair& p) {
+  PairTensors t;
+  t.a = find_submodule(model, p.first);
+  t.b = find_submodule(model, p.second);
+  t.wa = t.a.attr("weight").toTensor().detach();
+  t.wb = t.b.attr("weight").toTensor().detach();
+  if (t.a.attr("bias").isTensor()) t.ba = t.a.attr("bias").toTensor().detach();
+  if (!p.batch_norm.empty()) {
+    t.bn = find_submodule(model, p.batch_norm);
+    t.gamma = t.bn.attr("weight").toTensor().detach();
+    t.beta = t.bn.attr("bias").toTensor().detach();
+    t.var = t.bn.attr("running_var").toTensor().detach();
+  }
+  t.channels = t.wa.size(0);
+  return t;
+}
+
+// The second layer's weight as [channels, everything else]: input channel
+// c's weights (grouped convs: of its group; flattened inputs: every
+// position of c).
+at::Tensor by_input_channel(const at::Tensor& wb, int64_t channels) {
+  const int64_t per_group = wb.size(1), out = wb.size(0);
+  if (wb.dim() == 2 && per_group != channels)  // linear after flatten
+    return wb.view({out, channels, -1}).permute({1, 0, 2}).reshape({channels, -1});
+  const int64_t groups = channels / per_group;
+  return wb.reshape({groups, out / groups, per_group, -1})
+      .permute({0, 2, 1, 3})
+      .reshape({channels, -1});
+}
+
+at::Tensor scale_input_channels(const at::Tensor& wb, const at::Tensor& s, int64_t channels) {
+  const int64_t per_group = wb.size(1), out = wb.size(0);
+  if (wb.dim() == 2 && per_group != channels)
+    return (wb.view({out, channels, -1}) * s.view({1, channels, 1})).view(wb.sizes());
+  const int64_t groups = channels / per_group;
+  return (wb.reshape({groups, out / groups, per_group, -1}) * s.view({groups, 1, per_group, 1}))
+      .view(wb.sizes());
+}
+
+// Per-output-channel range of the first layer as quantized (BN folded).
+at::Tensor first_ranges(const PairTensors& t, double eps) {
+  at::Tensor r = t.wa.reshape({t.channels, -1}).abs().amax(1).to(at::kDouble);
+  if (t.gamma.defined())
+    r = r * (t.gamma.to(at::kDouble).abs() / (t.var.to(at::kDouble) + eps).sqrt());
+  return r;
+}
+
+void set(torch::jit::Module& m, const char* name, const at::Tensor& old, const at::Tensor& v) {
+  at::Tensor n = v.to(old.scalar_type()).contiguous();
+  n.set_requires_grad(old.requires_grad());
+  m.setattr(name, n);
+}
+
+double spread(const at::Tensor& r) {
+  at::Tensor nz = r.masked_select(r > 0);
+  return nz.numel() ? (nz.max() / nz.min()).item<double>() : 1.0;
+}
+
+// One equalization step of a pair; returns the scales s_i it divided the
+// first layer's output channels by.
+at::Tensor equalize_pair(torch::jit::Module& model, const EqualizationPair& p) {
+  PairTensors t = load(model, p);
+  const at::Tensor r1 = first_ranges(t, p.bn_eps);
+  const at::Tensor r2 = by_input_channel(t.wb, t.channels).abs().amax(1).to(at::kDouble);
+  at::Tensor s = (r1 / r2).sqrt();
+  s = at::where((r1 > 0) & (r2 > 0) & s.isfinite(), s, at::ones_like(s));
+  if (t.gamma.defined()) {
+    set(t.bn, "weight", t.gamma, t.gamma.to(at::kDouble) / s);
+    set(t.bn, "bias", t.beta, t.beta.to(at::kDouble) / s);
+  } else {
+    std::vector<int64_t> shape(static_cast<size_t>(t.wa.dim()), 1);
+    shape[0] = t.channels;
+    set(t.a, "weight", t.wa, t.wa.to(at::kDouble) / s.view(shape));
+    if (t.ba.defined()) set(t.a, "bias", t.ba, t.ba.to(at::kDouble) / s);
+  }
+  set(t.b, "weight", t.wb, scale_input_channels(t.wb.to(at::kDouble), s, t.channels));
+  return s;
+}
+
+// A ReLU6 between the layers of a pair becomes relu, then a per-channel
+// minimum with clip / (the product of the pair's scales), read from a new
+// buffer of the model.
+void rewrite_clips(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
+                   const std::vector<at::Tensor>& total) {
+  if (std::none_of(pairs.begin(), pairs.end(), [](const auto& p) { return p.clip > 0; })) return;
+  auto g = model.get_method("forward").graph();
+  simplify(g);
+  std::vector<Node*> clips;
+  const auto found = pairs_in(*g, &clips);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (pairs[i].clip <= 0) continue;
+    for (size_t k = 0; k < found.size(); ++k) {
+      if (found[k].first != pairs[i].first || !clips[k]) continue;
+      Node* clip = clips[k];
+      const auto wdim = find_submodule(model, pairs[i].first).attr("weight").toTensor().dim();
+      std::vector<int64_t> shape(static_cast<size_t>(wdim == 2 ? 1 : wdim), 1);
+      shape[wdim == 2 ? 0 : 1] = total[i].numel();
+      std::string name = "_tq_clip_" + pairs[i].first;
+      std::replace(name.begin(), name.end(), '.', '_');
+      model.register_buffer(name, (pairs[i].clip / total[i]).to(at::kFloat).reshape(shape));
+      torch::jit::WithInsertPoint guard(clip);
+      Value* bound = g->insertGetAttr(g->inputs().at(0), name);
+      Value* r = g->insert(c10::aten::relu, {clip->input(0)});
+      clip->output()->replaceAllUsesWith(g->insert(c10::aten::minimum, {r, bound}));
+      clip->destroy();
+    }
+  }
+  // A method that already ran keeps its compiled plan; a clone compiles the
+  // rewritten graph.
+  model = model.clone();
+}
+
+}  // namespace
+
+nlohmann::json equalize(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
+                        int iterations) {
+  torch::NoGradGuard no_grad;
+  auto ranges = [&](const EqualizationPair& p) {
+    PairTensors t = load(model, p);
+    return std::make_pair(spread(first_ranges(t, p.bn_eps)),
+                          spread(by_input_channel(t.wb, t.channels).abs().amax(1)));
+  };
+  std::vector<std::pair<double, double>> spread_before;
+  std::vector<at::Tensor> total;  // product of each pair's scales
+  for (const auto& p : pairs) {
+    spread_before.push_back(ranges(p));
+    total.push_back(at::ones({load(model, p).channels}, at::kDouble));
+  }
+  int sweeps = 0;
+  for (; sweeps < iterations; ++sweeps) {
+    double change = 0;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const at::Tensor s = equalize_pair(model, pairs[i]);
+      total[i] *= s;
+      change = std::max(change, s.log().abs().max().item<double>());
+    }
+    if (change < 1e-6) break;
+  }
+  rewrite_clips(model, pairs, total);
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto after = ranges(pairs[i]);
+    out.push_back(
+        {{"first", pairs[i].first},
+         {"second", pairs[i].second},
+         {"batch_norm", pairs[i].batch_norm},
+         {"through", pairs[i].through},
+         {"first_range_spread", {{"before", spread_before[i].first}, {"after", after.first}}},
+         {"second_range_spread", {{"before", spread_before[i].second}, {"after", after.second}}}});
+  }
+  return {{"pairs", out}, {"sweeps", sweeps}};
+}
+
+}  // namespace tq

@@ -1,0 +1,121 @@
+// GPTQ (Frantar et al. 2022, "GPTQ: Accurate Post-Training Quantization
+// for Generative Pre-trained Transformers", Algorithm 1): round a weight
+// matrix column by column; after each column, spread its rounding error
+// over the columns not yet rounded, using the upper Cholesky factor of the
+// inverse Hessian H = sum x x^T of the layer's inputs. Columns are updated
+// lazily in blocks. All arithmetic is float64; values are rounded on the
+// grid of the nearest rounding (its scales stay), so the result is stored
+// exactly like a round-to-nearest weight.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "taoquant/error.h"
+#include "taoquant/weight_algorithms.h"
+
+namespace tq {
+
+namespace {
+
+// The upper Cholesky factor of H^-1, after dampening: damp * mean(diag(H))
+// added to the diagonal; inputs that never vary (zero diagonal) get 1.
+// A Hessian that is not positive definite after dampening (rank-deficient
+// inputs) is dampened 10x more, up to 1000x, as GPTQ implementations do.
+at::Tensor inverse_factor(at::Tensor h, double damp) {
+  at::Tensor diag = h.diagonal();
+  diag.masked_fill_(diag == 0, 1.0);
+  const double mean = diag.mean().item<double>();
+  for (int attempt = 0;; ++attempt) {
+    at::Tensor hd = h.clone();
+    hd.diagonal() += damp * mean;
+    auto [l, info] = at::linalg_cholesky_ex(hd);
+    if (info.item<int64_t>() == 0) {
+      auto [u, info2] = at::linalg_cholesky_ex(at::cholesky_inverse(l), /*upper=*/true);
+      if (info2.item<int64_t>() == 0) return u;
+    }
+    if (attempt == 3)
+      throw RuntimeError("gptq: the Hessian is not positive definite even with damp " +
+                         std::to_string(damp));
+    damp *= 10;
+  }
+}
+
+// One block [i1, i2) of columns of W ([rows, K], float64, contiguous): rounds
+// each column on the grid, updates the block's later columns, returns the
+// scaled errors [rows, i2 - i1] for the lazy update of the columns after it.
+at::Tensor round_block(at::Tensor& w, const at::Tensor& u, int64_t i1, int64_t i2,
+                       const std::vector<int64_t>& col_index, int64_t row0, int64_t K_full,
+                       const fmt::WeightGrid& grid) {
+  const int64_t rows = w.size(0), K = w.size(1), n = i2 - i1;
+  at::Tensor err = at::zeros({rows, n}, at::kDouble);
+  double* W = w.data_ptr<double>();
+  double* E = err.data_ptr<double>();
+  const auto U = u.accessor<double, 2>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = i1 + i;
+    const double d = U[c][c];
+    const auto flat_col = static_cast<size_t>(col_index[static_cast<size_t>(c)]);
+    for (int64_t r = 0; r < rows; ++r) {
+      double& x = W[r * K + c];
+      const size_t flat = static_cast<size_t>(row0 + r) * static_cast<size_t>(K_full) + flat_col;
+      const double q = grid.nearest(flat, static_cast<float>(x));
+      const double e = (x - q) / d;
+      x = q;
+      E[r * n + i] = e;
+      for (int64_t j = c + 1; j < i2; ++j) W[r * K + j] -= e * U[c][j];
+    }
+  }
+  return err;
+}
+
+// GPTQ on one group of rows [row0, row0 + w.size(0)) with its Hessian.
+void gptq_group(at::Tensor& w, at::Tensor h, int64_t row0, int64_t K_full,
+                const fmt::WeightGrid& grid, const GptqSettings& s) {
+  const int64_t K = w.size(1);
+  std::vector<int64_t> order(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) order[static_cast<size_t>(k)] = k;
+  at::Tensor perm;
+  if (s.act_order) {
+    perm = std::get<1>(h.diagonal().sort(/*stable=*/true, /*dim=*/0, /*descending=*/true));
+    const auto* p = perm.data_ptr<int64_t>();
+    order.assign(p, p + K);
+    w = w.index_select(1, perm).contiguous();
+    h = h.index_select(0, perm).index_select(1, perm);
+  }
+  at::Tensor u = inverse_factor(h.clone(), s.damp).contiguous();
+  const int64_t B = std::max(1, s.block_size);
+  for (int64_t i1 = 0; i1 < K; i1 += B) {
+    const int64_t i2 = std::min(i1 + B, K);
+    at::Tensor err = round_block(w, u, i1, i2, order, row0, K_full, grid);
+    if (i2 < K)
+      w.narrow(1, i2, K - i2).sub_(at::matmul(err, u.narrow(0, i1, i2 - i1).narrow(1, i2, K - i2)));
+  }
+  if (s.act_order) w = w.index_select(1, at::argsort(perm)).contiguous();
+}
+
+}  // namespace
+
+std::vector<float> gptq_round(const at::Tensor& weight, const at::Tensor& h,
+                              const fmt::WeightGrid& grid, const GptqSettings& s) {
+  const int64_t rows = weight.size(0);
+  const int64_t K = weight.numel() / std::max<int64_t>(rows, 1);
+  const int64_t groups = h.size(0);
+  if (h.dim() != 3 || h.size(1) != K || h.size(2) != K || rows % groups != 0)
+    throw RuntimeError("gptq: a Hessian of shape " + std::to_string(h.size(0)) + "x" +
+                       std::to_string(h.size(1)) + " does not fit a weight of " +
+                       std::to_string(rows) + " rows of " + std::to_string(K));
+  // A copy: the caller's weight stays as it is (GPTQ updates in place).
+  at::Tensor w = weight.detach().reshape({rows, K}).to(at::kDouble).clone().contiguous();
+  const int64_t per = rows / groups;
+  std::vector<float> out(static_cast<size_t>(rows * K));
+  for (int64_t g = 0; g < groups; ++g) {
+    at::Tensor wg = w.narrow(0, g * per, per).contiguous();
+    gptq_group(wg, h[g].to(at::kDouble), g * per, K, grid, s);
+    const double* p = wg.data_ptr<double>();
+    for (int64_t i = 0; i < per * K; ++i)
+      out[static_cast<size_t>(g * per * K + i)] = static_cast<float>(p[i]);
+  }
+  return out;
+}
+
+}  // namespace tq

@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""Independent references for tao-quant's weight algorithms (tests/torch/test_algorithms.cpp).
+
+Computed in float64 with PyTorch from the papers' definitions, not from
+tao-quant's code:
+  - GPTQ (Frantar et al. 2022, Algorithm 1) in its plain, unblocked form:
+    H = X^T X, dampened by damp * mean(diag H); the inverse taken with
+    torch.linalg.inv (tao-quant uses Cholesky inverses and lazy blocks);
+    each column rounded on the fixed per-channel / per-group grid of the
+    nearest rounding, its error spread with the upper Cholesky factor of
+    H^-1.
+  - The Hessian of a grouped, strided convolution from F.unfold.
+  - Empirical bias correction (Nagel et al. 2019, sec. 4.2): the bias minus
+    the mean over samples and positions of conv(x, Wq) - conv(x, W), with
+    the whole batch (tao-quant uses the mean input).
+
+Usage: make_algorithm_refs.py OUT.json   (deterministic: seeded)
+"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def grid_int(w, scales, qmin, qmax, group=0):
+    """Round float64 values w [rows, K] on a symmetric integer grid in float32,
+    as tao-quant does: v = w / s (float32), clamp, round half to even, times s."""
+    s = scales
+    if group:
+        s = scales.repeat_interleave(group, dim=1)[:, : w.shape[1]]
+    v = (w.float() / s).clamp(qmin, qmax)
+    return (torch.round(v) * s).double()
+
+
+def sym_scales(w, qmax, group=0):
+    w32 = w.float()
+    if group:
+        rows, K = w32.shape
+        g = (K + group - 1) // group
+        pad = torch.zeros(rows, g * group, dtype=torch.float32)
+        pad[:, :K] = w32
+        amax = pad.view(rows, g, group).abs().amax(2)
+    else:
+        amax = w32.abs().amax(1, keepdim=True)
+    return torch.where(amax > 0, amax / qmax, torch.ones_like(amax))
+
+
+def gptq_reference(w, x, qmin, qmax, damp=0.01, group=0, act_order=False):
+    w = w.double().clone()
+    scales = sym_scales(w, qmax, group)
+    h = x.double().t() @ x.double()
+    dead = torch.diag(h) == 0
+    h[dead, dead] = 1
+    h += damp * torch.mean(torch.diag(h)) * torch.eye(h.shape[0], dtype=torch.float64)
+    K = w.shape[1]
+    perm = torch.arange(K)
+    if act_order:
+        perm = torch.sort(torch.diag(h), descending=True, stable=True).indices
+    hp = h[perm][:, perm]
+    u = torch.linalg.cholesky(torch.linalg.inv(hp), upper=True)
+    wp = w[:, perm].clone()
+    q = torch.zeros_like(wp)
+    for i in range(K):
+        col = perm[i].item()
+        s = scales[:, col // group] if group else scales[:, 0]
+        qi = (torch.round((wp[:, i].float() / s).clamp(qmin, qmax)) * s).double()
+        q[:, i] = qi
+        err = (wp[:, i] - qi) / u[i, i]
+        wp[:, i:] -= err[:, None] * u[i, i:][None, :]
+    out = torch.zeros_like(q)
+    out[:, perm] = q
+    return out, scales
+
+
+def main():
+    torch.manual_seed(0)
+    refs = {"gptq": [], "hessian": [], "bias_correction": []}
+    # GPTQ on a small Linear with correlated inputs and an outlier column.
+    rows, K, n = 8, 48, 512
+    w = torch.randn(rows, K, dtype=torch.float64) * 0.1
+    w[:, 5] *= 6
+    mix = torch.randn(K, K, dtype=torch.float64) * 0.3 + torch.eye(K, dtype=torch.float64)
+    x = torch.randn(n, K, dtype=torch.float64) @ mix
+    for name, qmin, qmax, group, act_order in [
+        ("int4_per_channel", -8, 7, 0, False),
+        ("int8_per_channel", -127, 127, 0, False),
+        ("int4_per_group16", -8, 7, 16, False),
+        ("int4_per_channel_act_order", -8, 7, 0, True),
+    ]:
+        q, scales = gptq_reference(w, x, qmin, qmax, group=group, act_order=act_order)
+        near = grid_int(w, scales, qmin, qmax, group)
+        err = lambda m: float(((m - w) @ x.t()).pow(2).sum())
+        refs["gptq"].append({"name": name, "group_size": group, "act_order": act_order,
+                             "bits": 4 if qmax == 7 else 8, "w": w.tolist(), "x": x.tolist(),
+                             "q": q.tolist(), "output_err_gptq": err(q),
+                             "output_err_nearest": err(near)})
+    # The Hessian of a grouped, strided, padded conv2d from F.unfold.
+    xc = torch.randn(3, 4, 9, 7, dtype=torch.float64)
+    groups, kh, kw = 2, 3, 2
+    cols = F.unfold(xc, (kh, kw), dilation=1, padding=(1, 0), stride=(2, 1))  # [N, C*kh*kw, L]
+    Kc = 4 // groups * kh * kw
+    cols = cols.view(3, groups, Kc, -1).permute(1, 2, 0, 3).reshape(groups, Kc, -1)
+    h = cols @ cols.transpose(1, 2)
+    refs["hessian"].append({"x": xc.tolist(), "groups": groups, "kernel": [kh, kw],
+                            "stride": [2, 1], "padding": [1, 0], "dilation": [1, 1],
+                            "h": h.tolist()})
+    # Bias correction on convs and a Linear over [N, T, C] inputs.
+    cases = [("conv_pad1", (6, 3, 3, 3), (16, 3, 8, 8), dict(padding=1), 1),
+             ("conv_grouped_strided", (6, 1, 3, 3), (16, 3, 9, 9), dict(stride=2, groups=3), 3),
+             ("linear_tokens", (5, 12), (16, 4, 12), {}, 1)]
+    for name, wshape, xshape, kw_, _ in cases:
+        wt = torch.randn(*wshape, dtype=torch.float64) * 0.2
+        b = torch.randn(wshape[0], dtype=torch.float64)
+        xb = torch.randn(*xshape, dtype=torch.float64) + 0.5  # nonzero mean
+        s = sym_scales(wt.reshape(wshape[0], -1), 7)
+        wq = grid_int(wt.reshape(wshape[0], -1), s, -8, 7).reshape(wshape)
+        if len(wshape) == 4:
+            y, yq = F.conv2d(xb, wt, None, **kw_), F.conv2d(xb, wq, None, **kw_)
+            dims = (0, 2, 3)
+        else:
+            y, yq = F.linear(xb, wt), F.linear(xb, wq)
+            dims = (0, 1)
+        corrected = b - (yq - y).mean(dim=dims)
+        refs["bias_correction"].append({"name": name, "w": wt.tolist(), "wq": wq.tolist(),
+                                        "x": xb.tolist(), "b": b.tolist(),
+                                        "stride": kw_.get("stride", 1),
+                                        "padding": kw_.get("padding", 0),
+                                        "groups": kw_.get("groups", 1),
+                                        "corrected": corrected.tolist()})
+    with open(sys.argv[1], "w") as f:
+        json.dump(refs, f)
+
+
+if __name__ == "__main__":
+    main()
