@@ -202,7 +202,7 @@ TEST_CASE("html evaluate and batch views", "[html]") {
 }
 
 TEST_CASE("html batch summary links the job reports that exist", "[html]") {
-  const fs::path dir = fs::path(TQ_BINARY_DIR) / "test-html" / "batch";
+  const fs::path dir = fs::path(TQ_BINARY_DIR) / "test-html" / "unit-batch";
   fs::remove_all(dir);
   fs::create_directories(dir / "cnn_int8");
   std::ofstream(dir / "cnn_int8" / "quantize_report.html") << "<html></html>";

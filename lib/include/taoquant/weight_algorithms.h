@@ -74,6 +74,7 @@ struct EqualizationPair {
   std::vector<std::string> through;  // the ops between: "relu", "max_pool2d", ...
   bool flattened = false;            // conv -> flatten -> linear
   double clip = 0;                   // > 0: a ReLU6-like clip at this value between them
+  std::string clip_module;           // the module that clips (its forward is the clip)
 };
 // The pairs of the model's forward graph: conv -> [BatchNorm] -> ops that
 // commute with a positive per-channel scale, and at most one ReLU6 -> conv

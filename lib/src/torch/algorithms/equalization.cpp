@@ -10,9 +10,9 @@
 //
 // ReLU6 (a clip at c after a ReLU) does not commute with a scale; instead of
 // replacing it with ReLU (the DFQ paper's choice, which changes the float
-// model), the clip of a pair is rewritten to a per-channel clip at c / s_i
-// (relu, then minimum with a buffer of the model), which keeps the function
-// exact.
+// model), the ReLU6 module of a pair gets a per-channel clip at c / s_i
+// (relu, then minimum with a buffer of the module; clip_rewrite.cpp), which
+// keeps the function exact and the model's module structure as it was.
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/script.h>
@@ -23,6 +23,7 @@
 #include "taoquant/jit.h"
 #include "taoquant/model.h"
 #include "taoquant/weight_algorithms.h"
+#include "torch/algorithms/clip_rewrite.h"
 
 namespace tq {
 
@@ -97,12 +98,14 @@ Node* follow(Node* a, EqualizationPair& p, Node** clip_node) {
 
 namespace {
 
-// The pairs of an inlined graph whose constant branches are folded; with
-// `clips`, the clip node of each pair (or nullptr), in the same order.
-std::vector<EqualizationPair> pairs_in(torch::jit::Graph& g, std::vector<Node*>* clips) {
+// The pairs of an inlined graph whose constant branches are folded. A pair
+// through a ReLU6 needs the clip in a module of its own, called there only
+// (its clip becomes per-channel).
+std::vector<EqualizationPair> pairs_in(const torch::jit::Module& model, torch::jit::Graph& g) {
   std::vector<std::pair<Node*, std::string>> sites;
   std::map<std::string, int> calls;
   jit::for_each_node(g.block(), [&](Node* n) {
+    if (relu_clip(n) > 0) ++calls["clip:" + detail::node_owner(n)];
     if (!jit::is_layer_op(n)) return;
     auto l = jit::layer_of(n);
     if (!l) return;
@@ -117,9 +120,14 @@ std::vector<EqualizationPair> pairs_in(torch::jit::Graph& g, std::vector<Node*>*
     Node* clip = nullptr;
     Node* b = calls[name] == 1 ? follow(node, p, &clip) : nullptr;
     if (!b || !layer_at.count(b) || calls[layer_at[b]] != 1) continue;
+    if (clip) {
+      p.clip_module = detail::node_owner(clip);
+      if (p.clip_module.empty() || calls["clip:" + p.clip_module] != 1 ||
+          !detail::is_clip_module(find_submodule(model, p.clip_module)))
+        continue;
+    }
     p.second = layer_at[b];
     out.push_back(std::move(p));
-    if (clips) clips->push_back(clip);
   }
   return out;
 }
@@ -137,7 +145,7 @@ void simplify(const std::shared_ptr<torch::jit::Graph>& g) {
 std::vector<EqualizationPair> equalization_pairs(const torch::jit::Module& model) {
   auto g = model.get_method("forward").graph()->copy();
   simplify(g);
-  return pairs_in(*g, nullptr);
+  return pairs_in(model, *g);
 }
 
 namespace {
@@ -227,36 +235,22 @@ at::Tensor equalize_pair(torch::jit::Module& model, const EqualizationPair& p) {
   return s;
 }
 
-// A ReLU6 between the layers of a pair becomes relu, then a per-channel
-// minimum with clip / (the product of the pair's scales), read from a new
-// buffer of the model.
+// The clip module of each pair through a ReLU6 gets the per-channel clip
+// c / (the product of the pair's scales).
 void rewrite_clips(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
                    const std::vector<at::Tensor>& total) {
-  if (std::none_of(pairs.begin(), pairs.end(), [](const auto& p) { return p.clip > 0; })) return;
-  auto g = model.get_method("forward").graph();
-  simplify(g);
-  std::vector<Node*> clips;
-  const auto found = pairs_in(*g, &clips);
+  std::map<std::string, at::Tensor> clips;
   for (size_t i = 0; i < pairs.size(); ++i) {
     if (pairs[i].clip <= 0) continue;
-    for (size_t k = 0; k < found.size(); ++k) {
-      if (found[k].first != pairs[i].first || !clips[k]) continue;
-      Node* clip = clips[k];
-      const auto wdim = find_submodule(model, pairs[i].first).attr("weight").toTensor().dim();
-      std::vector<int64_t> shape(static_cast<size_t>(wdim == 2 ? 1 : wdim), 1);
-      shape[wdim == 2 ? 0 : 1] = total[i].numel();
-      std::string name = "_tq_clip_" + pairs[i].first;
-      std::replace(name.begin(), name.end(), '.', '_');
-      model.register_buffer(name, (pairs[i].clip / total[i]).to(at::kFloat).reshape(shape));
-      torch::jit::WithInsertPoint guard(clip);
-      Value* bound = g->insertGetAttr(g->inputs().at(0), name);
-      Value* r = g->insert(c10::aten::relu, {clip->input(0)});
-      clip->output()->replaceAllUsesWith(g->insert(c10::aten::minimum, {r, bound}));
-      clip->destroy();
-    }
+    const auto wdim = find_submodule(model, pairs[i].first).attr("weight").toTensor().dim();
+    std::vector<int64_t> shape(static_cast<size_t>(wdim == 2 ? 1 : wdim), 1);
+    shape[wdim == 2 ? 0 : 1] = total[i].numel();
+    clips[pairs[i].clip_module] = (pairs[i].clip / total[i]).to(at::kFloat).reshape(shape);
   }
+  if (clips.empty()) return;
+  detail::rewrite_clip_modules(model, clips);
   // A method that already ran keeps its compiled plan; a clone compiles the
-  // rewritten graph.
+  // rewritten graphs.
   model = model.clone();
 }
 

@@ -1,0 +1,28 @@
+// ReLU6 inside cross-layer equalization: the module that clips between two
+// equalized layers gets a per-channel clip (private to equalization.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/script.h>
+
+#include <map>
+#include <string>
+
+namespace tq::detail {
+
+// The module instance (path) whose forward an inlined node came from: the
+// instance names of its call stack. "" when unknown.
+std::string node_owner(torch::jit::Node* n);
+
+// Whether `m`'s forward is one clip of its input, relu6-like
+// (hardtanh(x, 0, c)), and nothing else.
+bool is_clip_module(const torch::jit::Module& m);
+
+// Rewrites the forward of each clip module's type to
+// minimum(relu(x), self._tq_clip) and gives every instance of those types a
+// `_tq_clip` buffer: the tensor in `clips` (by instance path), else the
+// type's clip value. The function is unchanged wherever `clips` holds c.
+void rewrite_clip_modules(torch::jit::Module& model,
+                          const std::map<std::string, at::Tensor>& clips);
+
+}  // namespace tq::detail
