@@ -13,10 +13,15 @@ tao-quant's code:
   - Empirical bias correction (Nagel et al. 2019, sec. 4.2): the bias minus
     the mean over samples and positions of conv(x, Wq) - conv(x, W), with
     the whole batch (tao-quant uses the mean input).
+  - Cross-layer equalization (Nagel et al. 2019, sec. 4.1), one sweep over
+    conv -> ReLU -> depthwise conv -> ReLU -> conv: s_i = sqrt(r1_i / r2_i)
+    with r1 the first layer's output-channel ranges and r2 the second's
+    input-channel ranges; the model goes to OUT.json's folder as cle.pt.
 
 Usage: make_algorithm_refs.py OUT.json   (deterministic: seeded)
 """
 import json
+import os
 import sys
 
 import torch
@@ -71,6 +76,45 @@ def gptq_reference(w, x, qmin, qmax, damp=0.01, group=0, act_order=False):
     out = torch.zeros_like(q)
     out[:, perm] = q
     return out, scales
+
+
+class Chain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.relu1 = torch.nn.ReLU()
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.relu2 = torch.nn.ReLU()
+        self.conv3 = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.conv3(self.relu2(self.dw(self.relu1(self.conv1(x)))))
+
+
+def equalize_pair(w1, b1, w2, depthwise):
+    r1 = w1.reshape(w1.shape[0], -1).abs().amax(1)
+    r2 = w2.reshape(w2.shape[0], -1).abs().amax(1) if depthwise else \
+        w2.transpose(0, 1).reshape(w2.shape[1], -1).abs().amax(1)
+    s = torch.sqrt(r1 / r2)
+    w1 = w1 / s.view(-1, 1, 1, 1)
+    b1 = b1 / s
+    w2 = w2 * (s.view(-1, 1, 1, 1) if depthwise else s.view(1, -1, 1, 1))
+    return w1, b1, w2
+
+
+def equalization_ref(model_path):
+    torch.manual_seed(1)
+    m = Chain().eval()
+    with torch.no_grad():
+        for conv in (m.conv1, m.dw, m.conv3):  # uneven channels
+            conv.weight.mul_(torch.exp(torch.randn(conv.weight.shape[0], 1, 1, 1) * 1.5))
+    torch.jit.script(m).save(model_path)
+    w1, b1 = m.conv1.weight.double(), m.conv1.bias.double()
+    w2, b2, w3 = m.dw.weight.double(), m.dw.bias.double(), m.conv3.weight.double()
+    w1, b1, w2 = equalize_pair(w1, b1, w2, True)   # conv1 -> dw
+    w2, b2, w3 = equalize_pair(w2, b2, w3, False)  # dw -> conv3
+    return {"conv1.weight": w1.tolist(), "conv1.bias": b1.tolist(), "dw.weight": w2.tolist(),
+            "dw.bias": b2.tolist(), "conv3.weight": w3.tolist()}
 
 
 def main():
@@ -128,6 +172,7 @@ def main():
                                         "padding": kw_.get("padding", 0),
                                         "groups": kw_.get("groups", 1),
                                         "corrected": corrected.tolist()})
+    refs["equalization"] = equalization_ref(os.path.join(os.path.dirname(sys.argv[1]), "cle.pt"))
     with open(sys.argv[1], "w") as f:
         json.dump(refs, f)
 

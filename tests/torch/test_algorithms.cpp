@@ -367,3 +367,21 @@ TEST_CASE("int4 per-channel on the MobileNetV2-style net: GPTQ beats nearest",
   CHECK(fp32 - gptq <= 1.0);
   if (fp32 - nearest > 0.3) CHECK(fp32 - gptq <= 0.6 * (fp32 - nearest));
 }
+
+TEST_CASE("equalization scales match the DFQ definition computed in Python",
+          "[algorithms][equalization]") {
+  const auto& r = refs()["equalization"];
+  auto m = torch::jit::load(fs::temp_directory_path().string() + "/tq_alg_refs_" +
+                            std::to_string(::getpid()) + "/cle.pt");
+  m.eval();
+  auto pairs = tq::equalization_pairs(m);
+  REQUIRE(pairs.size() == 2);
+  tq::equalize(m, pairs, 1);  // one sweep, as the reference
+  for (const char* name : {"conv1.weight", "conv1.bias", "dw.weight", "dw.bias", "conv3.weight"}) {
+    INFO(name);
+    const std::string s(name);
+    const auto dot = s.find('.');
+    auto t = m.attr(s.substr(0, dot)).toModule().attr(s.substr(dot + 1)).toTensor();
+    CHECK(at::allclose(t.to(at::kDouble), tensor_of(r[name]), 1e-5, 1e-6));
+  }
+}

@@ -52,15 +52,20 @@ std::string node_owner(Node* n) {
   std::string path;
   for (const auto& entry : (*cs)->vec()) {
     const auto& info = std::get<2>(entry);
-    if (!info) continue;
+    // "SELF": a method called on the module itself, not a submodule.
+    if (!info || info->instance_name() == "SELF") continue;
     path += (path.empty() ? "" : ".") + info->instance_name();
   }
   return path;
 }
 
-bool is_clip_module(const torch::jit::Module& m) {
-  auto g = forward_graph(m, false);
-  return the_clip(*g, nullptr) != nullptr;
+bool is_clip_module(const torch::jit::Module& model, const std::string& path) {
+  try {
+    auto g = forward_graph(find_submodule(model, path), false);
+    return the_clip(*g, nullptr) != nullptr;
+  } catch (const std::exception&) {
+    return false;  // no such module, or no forward: not a clip module
+  }
 }
 
 void rewrite_clip_modules(torch::jit::Module& model,

@@ -14,9 +14,9 @@ namespace tq::detail {
 // instance names of its call stack. "" when unknown.
 std::string node_owner(torch::jit::Node* n);
 
-// Whether `m`'s forward is one clip of its input, relu6-like
-// (hardtanh(x, 0, c)), and nothing else.
-bool is_clip_module(const torch::jit::Module& m);
+// Whether the module at `path` exists and its forward is one clip of its
+// input, relu6-like (hardtanh(x, 0, c)), and nothing else.
+bool is_clip_module(const torch::jit::Module& model, const std::string& path);
 
 // Rewrites the forward of each clip module's type to
 // minimum(relu(x), self._tq_clip) and gives every instance of those types a

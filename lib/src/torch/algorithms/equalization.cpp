@@ -123,7 +123,7 @@ std::vector<EqualizationPair> pairs_in(const torch::jit::Module& model, torch::j
     if (clip) {
       p.clip_module = detail::node_owner(clip);
       if (p.clip_module.empty() || calls["clip:" + p.clip_module] != 1 ||
-          !detail::is_clip_module(find_submodule(model, p.clip_module)))
+          !detail::is_clip_module(model, p.clip_module))
         continue;
     }
     p.second = layer_at[b];
@@ -132,11 +132,36 @@ std::vector<EqualizationPair> pairs_in(const torch::jit::Module& model, torch::j
   return out;
 }
 
+// Reads of the model's bool attributes (torchvision's use_res_connect)
+// become constants: a deployed model's structure flags do not change.
+void fold_bool_attributes(torch::jit::Graph& g, const torch::jit::Module& model) {
+  const auto reads = jit::find_nodes(g.block(), [](Node* n) {
+    return n->kind() == c10::prim::GetAttr &&
+           n->output()->type()->isSubtypeOf(*c10::BoolType::get()) &&
+           n->input(0)->type()->cast<c10::ClassType>();
+  });
+  for (Node* n : reads) {
+    auto path = jit::attr_path(n->input(0));
+    if (!path) continue;
+    try {
+      const auto v = find_submodule(model, *path).attr(n->s(torch::jit::attr::name));
+      if (!v.isBool()) continue;
+      torch::jit::WithInsertPoint guard(n);
+      n->output()->replaceAllUsesWith(g.insertConstant(v.toBool()));
+      n->destroy();
+    } catch (const std::exception&) {
+      continue;  // not a module attribute path: left as it is
+    }
+  }
+}
+
 // Makes the forward graph what pair detection reads: calls inlined,
-// training flags and constant branches folded (`if inplace:` of ReLU).
-void simplify(const std::shared_ptr<torch::jit::Graph>& g) {
+// training flags, structure flags and constant branches folded (`if
+// inplace:` of ReLU, `if self.use_res_connect:`).
+void simplify(const std::shared_ptr<torch::jit::Graph>& g, const torch::jit::Module& model) {
   jit::inline_calls(*g);
   jit::fold_training_flags(*g);
+  fold_bool_attributes(*g, model);
   jit::fold_constants(g);
 }
 
@@ -144,7 +169,7 @@ void simplify(const std::shared_ptr<torch::jit::Graph>& g) {
 
 std::vector<EqualizationPair> equalization_pairs(const torch::jit::Module& model) {
   auto g = model.get_method("forward").graph()->copy();
-  simplify(g);
+  simplify(g, model);
   return pairs_in(model, *g);
 }
 

@@ -147,12 +147,21 @@ namespace {
 
 // A private copy of `model` (its own types and graphs; the tensors are
 // shared, not copied) whose forward is inlined, with taps around each layer.
+// `every_call`: a tap at every call of a layer (both branches of an `if`,
+// a module called twice), else at its first call.
 torch::jit::Module tapped_copy(const torch::jit::Module& model, bool outputs,
-                               std::vector<std::string>& names) {
+                               std::vector<std::string>& names, bool every_call = false) {
   torch::jit::Module m = model.clone(/*inplace=*/true);
   auto g = m.get_method("forward").graph();
   jit::inline_calls(*g);
-  for (const jit::LayerSite& site : jit::layer_sites(*g)) {
+  std::vector<jit::LayerSite> sites;
+  if (every_call)
+    for (auto* n : jit::find_nodes(g->block(), jit::is_layer_op)) {
+      if (auto layer = jit::layer_of(n)) sites.push_back({n, *layer});
+    }
+  else
+    sites = jit::layer_sites(*g);
+  for (const jit::LayerSite& site : sites) {
     const auto lid = static_cast<int64_t>(names.size());
     jit::insert_call_on_input(site.op, 0, "taoquant::tap", lid);
     if (outputs) jit::insert_call_on_output(site.op, "taoquant::tap", lid + kOutputTap);
@@ -193,7 +202,7 @@ struct LayerInputStream::Impl {
 };
 
 LayerInputStream::LayerInputStream(const torch::jit::Module& model) : impl_(new Impl) {
-  impl_->m = tapped_copy(model, /*outputs=*/false, impl_->names);
+  impl_->m = tapped_copy(model, /*outputs=*/false, impl_->names, /*every_call=*/true);
 }
 LayerInputStream::~LayerInputStream() = default;
 
