@@ -227,6 +227,12 @@ TEST_CASE("spec: algorithm settings", "[spec][algorithms]") {
   CHECK(spec.quantize.layers.at(0).weights->rounding == tq::Rounding::kNearest);
   CHECK(a.needs_data());
   CHECK_FALSE(a.equalization.enabled);
+  // act_order is on unless a spec turns it off.
+  auto plain = tq::parse_spec_text("quantize:\n  weight_rounding: gptq\n", "spec.yaml");
+  CHECK(plain.quantize.algorithms.gptq.act_order);
+  auto off = tq::parse_spec_text(
+      "quantize:\n  weight_rounding: {method: gptq, act_order: false}\n", "spec.yaml");
+  CHECK_FALSE(off.quantize.algorithms.gptq.act_order);
   auto eq = tq::parse_spec_text("quantize:\n  mode: static_ptq\n  equalization: {iterations: 5}\n",
                                 "spec.yaml");
   CHECK(eq.quantize.algorithms.equalization.enabled);
