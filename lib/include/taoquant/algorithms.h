@@ -30,7 +30,9 @@ inline std::string_view to_string(Rounding r) {
 struct GptqSettings {
   double damp = 0.01;      // added to the Hessian's diagonal, times its mean
   int block_size = 128;    // columns updated together (lazy batch updates)
-  bool act_order = false;  // round columns in order of decreasing Hessian diagonal
+  // Round columns in order of decreasing Hessian diagonal. The spec parser
+  // turns it on unless a spec says otherwise (sections.cpp, docs/spec.md).
+  bool act_order = false;
 };
 
 // Cross-layer equalization (Nagel et al. 2019): rescales the channels
