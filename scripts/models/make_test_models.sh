@@ -6,7 +6,9 @@
 #           taken from the current directory)
 #   PART    fmnist  -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json,
 #                      cnn_imbalanced.pt (a function-preserving variant, make_imbalanced.py),
-#                      mbv2.pt (MobileNetV2-style: depthwise, ReLU6)}
+#                      mbv2.pt (MobileNetV2-style: depthwise, ReLU6),
+#                      vit_qkv.pt (timm-style ViT), vit_qkv_outliers.pt (its
+#                      LayerNorm outputs with outlier channels, make_outliers.py)}
 #           tv      -> OUTDIR/tv/{resnet18.pt,imagenet_rand_n8_224.npz}
 #           extra   -> OUTDIR/fmnist/{cnn_bn,resnet,vit,mlp}.pt (+ .json); not in "all"
 #           all     -> fmnist tv (the default)
@@ -196,20 +198,22 @@ tiny_models() {
   did_something=1
 }
 
-# The CNN with uneven per-channel ranges (same function), for equalization.
-fmnist_imbalanced() {
-  local d="${OUTDIR}/fmnist" stamp
-  stamp="$(gen_stamp "${SCRIPT_DIR}/make_imbalanced.py" "${d}/cnn.pt")"
-  if is_current "${d}/cnn_imbalanced.pt" "${stamp}"; then
-    log "fmnist/cnn_imbalanced.pt present (cached)"
+# A function-preserving variant of a trained net: fmnist_variant SCRIPT SRC OUT
+# (the CNN with uneven per-channel ranges, for equalization; the ViT with
+# outlier channels, for SmoothQuant).
+fmnist_variant() {
+  local script="$1" src="$2" out="$3" d="${OUTDIR}/fmnist" stamp
+  stamp="$(gen_stamp "${SCRIPT_DIR}/${script}" "${d}/${src}")"
+  if is_current "${d}/${out}" "${stamp}"; then
+    log "fmnist/${out} present (cached)"
     return 0
   fi
-  lock fmnist-imbalanced
+  lock "fmnist-${out%.pt}"
   prepare
-  "${PY}" "${SCRIPT_DIR}/make_imbalanced.py" "${d}/cnn.pt" "${TMP}/cnn_imbalanced.pt" "${d}/test.npz"
-  rm -f "${d}/cnn_imbalanced.pt"
-  install_artifact "${TMP}/cnn_imbalanced.pt" "${d}/cnn_imbalanced.pt"
-  echo "${stamp}" > "${d}/cnn_imbalanced.pt.gen"
+  "${PY}" "${SCRIPT_DIR}/${script}" "${d}/${src}" "${TMP}/${out}" "${d}/test.npz"
+  rm -f "${d}/${out}"
+  install_artifact "${TMP}/${out}" "${d}/${out}"
+  echo "${stamp}" > "${d}/${out}.gen"
   unlock
   did_something=1
 }
@@ -220,8 +224,10 @@ fi
 if [[ ${want_fmnist} -eq 1 ]]; then
   fmnist_data
   fmnist_model cnn
-  fmnist_imbalanced
+  fmnist_variant make_imbalanced.py cnn.pt cnn_imbalanced.pt
   fmnist_model mbv2
+  fmnist_model vit_qkv
+  fmnist_variant make_outliers.py vit_qkv.pt vit_qkv_outliers.pt
 fi
 if [[ ${want_tv} -eq 1 ]]; then
   tv_models

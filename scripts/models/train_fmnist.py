@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Trains a small Fashion-MNIST model and saves it as TorchScript.
 
-Usage: train_fmnist.py --arch {cnn,cnn_bn,resnet,vit,mlp,mbv2} --out OUTDIR
+Usage: train_fmnist.py --arch {cnn,cnn_bn,resnet,vit,vit_qkv,mlp,mbv2} --out OUTDIR
                        [--epochs N] [--threads 2] [--seed 0]
 
 Writes OUTDIR/<arch>.pt (torch.jit.script of the eval-mode model) and
@@ -141,6 +141,64 @@ class FmnistViT(nn.Module):
         return self.head(self.norm(x[:, 0]))
 
 
+class Attention(nn.Module):
+    """Multi-head self-attention with one qkv Linear, as timm's ViT has it."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.scale = float(dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1)
+        return self.proj(torch.matmul(attn, v).transpose(1, 2).reshape(b, n, c))
+
+
+class EncoderBlock(nn.Module):
+    """Pre-norm transformer block: LayerNorm -> attention, LayerNorm -> MLP."""
+
+    def __init__(self, dim, heads, mlp_dim):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, mlp_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(mlp_dim, dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+
+class FmnistViTQkv(nn.Module):
+    """A timm-style ViT: every Linear is a module (qkv, proj, fc1, fc2, head),
+    so LayerNorm -> Linear links are visible, as in real transformers."""
+
+    def __init__(self, dim=64, depth=4, heads=4, mlp_dim=128, patch=7):
+        super().__init__()
+        num_patches = (28 // patch) ** 2
+        self.patch_embed = nn.Conv2d(1, dim, patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        self.blocks = nn.Sequential(*[EncoderBlock(dim, heads, mlp_dim) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        x = self.blocks(torch.cat([cls, x], dim=1) + self.pos_embed)
+        return self.head(self.norm(x)[:, 0])
+
+
 class FmnistMLP(nn.Module):
     def __init__(self):
         super().__init__()
@@ -208,6 +266,7 @@ ARCHS = {
     "cnn_bn": (lambda: FmnistCNN(batch_norm=True), 2, 1e-3),
     "resnet": (FmnistResNet, 3, 3e-3),
     "vit": (FmnistViT, 3, 1e-3),
+    "vit_qkv": (FmnistViTQkv, 3, 1e-3),
     "mlp": (FmnistMLP, 3, 1e-3),
     "mbv2": (FmnistMobileNetV2, 1, 3e-3),
 }

@@ -17,6 +17,13 @@ tao-quant's code:
     conv -> ReLU -> depthwise conv -> ReLU -> conv: s_i = sqrt(r1_i / r2_i)
     with r1 the first layer's output-channel ranges and r2 the second's
     input-channel ranges; the model goes to OUT.json's folder as cle.pt.
+  - SmoothQuant (Xiao et al. 2022, eq. 4): s_j = max|X_j|^a / max|W_j|^(1-a)
+    for a LayerNorm -> two Linears (with outlier channels) and a
+    Linear -> ReLU -> Linear pair, the scales folded into the LayerNorm's
+    affine and the first Linear; the model goes there as smooth.pt.
+  - AWQ (Lin et al. 2023, sec. 3.2): the grid search over a of
+    s = mean|X|^a / sqrt(max * min), with the loss ||X (Q(W s)/s - W)^T||^2
+    on the LayerNorm's output, int4 symmetric per channel.
 
 Usage: make_algorithm_refs.py OUT.json   (deterministic: seeded)
 """
@@ -117,6 +124,64 @@ def equalization_ref(model_path):
             "dw.bias": b2.tolist(), "conv3.weight": w3.tolist()}
 
 
+class Smooth(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.q = torch.nn.Linear(16, 8)
+        self.k = torch.nn.Linear(16, 8)
+        self.a = torch.nn.Linear(8, 12)
+        self.relu = torch.nn.ReLU()
+        self.b = torch.nn.Linear(12, 6)
+
+    def forward(self, x):
+        y = self.norm(x)
+        return self.b(self.relu(self.a(self.q(y) + self.k(y))))
+
+
+def smoothing_ref(model_path):
+    torch.manual_seed(2)
+    m = Smooth().eval()
+    with torch.no_grad():
+        m.norm.weight.copy_(1 + 0.1 * torch.randn(16))
+        m.norm.bias.copy_(0.1 * torch.randn(16))
+        m.norm.weight[[3, 11]] *= 30  # outlier channels
+        m.a.weight.mul_(torch.exp(torch.randn(12, 1)))
+    torch.jit.script(m).save(model_path)
+    x = torch.randn(32, 5, 16)
+    md = {k: v.double() for k, v in m.state_dict().items()}
+    y = F.layer_norm(x.double(), (16,), md["norm.weight"], md["norm.bias"])
+    h = F.linear(y, md["q.weight"], md["q.bias"]) + F.linear(y, md["k.weight"], md["k.bias"])
+    z = torch.relu(F.linear(h, md["a.weight"], md["a.bias"]))
+    alpha = 0.5
+    x1, x2 = y.reshape(-1, 16), z.reshape(-1, 12)
+    w1 = torch.maximum(md["q.weight"].abs().amax(0), md["k.weight"].abs().amax(0))
+    s1 = x1.abs().amax(0).pow(alpha) / w1.pow(1 - alpha)
+    s2 = x2.abs().amax(0).pow(alpha) / md["b.weight"].abs().amax(0).pow(1 - alpha)
+    sq = {"norm.weight": md["norm.weight"] / s1, "norm.bias": md["norm.bias"] / s1,
+          "q.weight": md["q.weight"] * s1, "k.weight": md["k.weight"] * s1,
+          "a.weight": md["a.weight"] / s2[:, None], "a.bias": md["a.bias"] / s2,
+          "b.weight": md["b.weight"] * s2}
+    # AWQ on the LayerNorm group, int4 symmetric per channel.
+    mean = x1.abs().mean(0)
+    losses, best = [], None
+    for i in range(20):
+        a = i / 20
+        s = mean.pow(a)
+        s = s / (s.max() * s.min()).sqrt()
+        loss = 0.0
+        for w in (md["q.weight"], md["k.weight"]):
+            ws = w * s
+            q = grid_int(ws, sym_scales(ws, 7), -8, 7)
+            loss += float(((q / s - w) @ x1.t()).pow(2).sum())
+        losses.append(loss)
+        if best is None or loss < losses[best]:
+            best = i
+    return {"x": x.tolist(), "alpha": alpha,
+            "smoothquant": {k: v.tolist() for k, v in sq.items()},
+            "awq": {"losses": losses, "alpha": best / 20}}
+
+
 def main():
     torch.manual_seed(0)
     refs = {"gptq": [], "hessian": [], "bias_correction": []}
@@ -173,6 +238,7 @@ def main():
                                         "groups": kw_.get("groups", 1),
                                         "corrected": corrected.tolist()})
     refs["equalization"] = equalization_ref(os.path.join(os.path.dirname(sys.argv[1]), "cle.pt"))
+    refs["smoothing"] = smoothing_ref(os.path.join(os.path.dirname(sys.argv[1]), "smooth.pt"))
     with open(sys.argv[1], "w") as f:
         json.dump(refs, f)
 

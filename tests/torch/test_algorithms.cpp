@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "algorithm_test_util.h"
 #include "taoquant/data.h"
 #include "taoquant/pipeline.h"
 #include "taoquant/spec.h"
@@ -23,45 +24,10 @@ namespace {
 
 const std::string kModels = TQ_MODELS_DIR;
 
-std::string tmpdir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("tq_alg_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
-
-// The references, made once per test run by the Python script.
-const nlohmann::json& refs() {
-  static const nlohmann::json j = [] {
-    const std::string out = tmpdir("refs") + "/refs.json";
-    const std::string cmd = "/usr/bin/python3 " + std::string(TQ_SOURCE_DIR) +
-                            "/tests/data/make_algorithm_refs.py " + out;
-    REQUIRE(std::system(cmd.c_str()) == 0);
-    std::ifstream f(out);
-    return nlohmann::json::parse(f);
-  }();
-  return j;
-}
-
-// A nested JSON list of numbers as a float64 tensor.
-at::Tensor tensor_of(const nlohmann::json& j) {
-  std::vector<int64_t> shape;
-  const nlohmann::json* p = &j;
-  while (p->is_array()) {
-    shape.push_back(static_cast<int64_t>(p->size()));
-    if (p->empty()) break;
-    p = &(*p)[0];
-  }
-  std::vector<double> flat;
-  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& n) {
-    if (n.is_array())
-      for (const auto& e : n) walk(e);
-    else
-      flat.push_back(n.get<double>());
-  };
-  walk(j);
-  return torch::tensor(flat, torch::kDouble).reshape(shape);
-}
+using tq::test::tensor_of;
+const auto& tmpdir = tq::test::alg_tmpdir;
+const auto& refs = tq::test::algorithm_refs;
+const auto& top1_of = tq::test::fmnist_top1;
 
 tq::fmt::QuantizedWeight nearest_of(const at::Tensor& w, tq::DType d, tq::Granularity g,
                                     int group) {
@@ -159,24 +125,6 @@ TEST_CASE("layer geometry is read from the ops of the trained CNN", "[algorithms
 }
 
 namespace {
-
-// Top-1 of an artifact over the 10k Fashion-MNIST test images, run by plain LibTorch.
-double top1_of(const std::string& path) {
-  auto m = torch::jit::load(path);
-  auto spec = tq::parse_spec_text("dataset:\n  test_dataset:\n    data_file: " + kModels +
-                                      "/fmnist/test.npz\n    batch_size: 500\n",
-                                  "<test>");
-  auto loader =
-      tq::make_data_loader(spec, *spec.dataset.test_dataset, "dataset.test_dataset", true);
-  torch::NoGradGuard ng;
-  tq::Batch b;
-  int64_t correct = 0, n = 0;
-  while (loader->next(b)) {
-    correct += (m.forward({b.inputs[0]}).toTensor().argmax(1) == b.labels).sum().item<int64_t>();
-    n += b.labels.size(0);
-  }
-  return 100.0 * double(correct) / double(n);
-}
 
 tq::QuantizeOutcome quantize_cnn(const std::string& dir, const std::string& extra) {
   const std::string yaml = "results_dir: " + dir +
@@ -371,8 +319,7 @@ TEST_CASE("int4 per-channel on the MobileNetV2-style net: GPTQ beats nearest",
 TEST_CASE("equalization scales match the DFQ definition computed in Python",
           "[algorithms][equalization]") {
   const auto& r = refs()["equalization"];
-  auto m = torch::jit::load(fs::temp_directory_path().string() + "/tq_alg_refs_" +
-                            std::to_string(::getpid()) + "/cle.pt");
+  auto m = torch::jit::load(tq::test::algorithm_refs_dir() + "/cle.pt");
   m.eval();
   auto pairs = tq::equalization_pairs(m);
   REQUIRE(pairs.size() == 2);

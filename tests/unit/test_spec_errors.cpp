@@ -148,12 +148,11 @@ TEST_CASE("spec error: unknown quantize key", "[spec]") {
   algoritm: max
 )");
   CHECK_AT(f, 7, 3);
-  CHECK(
-      f.msg ==
-      "spec.yaml:7:3: quantize: unknown key 'algoritm' (did you mean 'algorithm'?); allowed "
-      "keys: backend, mode, algorithm, default_layer_dtype, default_activation_dtype, layers, "
-      "skip_names, model_path, results_dir, backend_kwargs, device, equalization, weight_rounding, "
-      "bias_correction");
+  CHECK(f.msg ==
+        "spec.yaml:7:3: quantize: unknown key 'algoritm' (did you mean 'algorithm'?); allowed "
+        "keys: backend, mode, algorithm, default_layer_dtype, default_activation_dtype, layers, "
+        "skip_names, model_path, results_dir, backend_kwargs, device, equalization, smoothquant, "
+        "awq, weight_rounding, bias_correction");
 }
 
 TEST_CASE("spec error: bad mode", "[spec]") {
@@ -230,8 +229,8 @@ TEST_CASE("spec: algorithm settings", "[spec][algorithms]") {
   // act_order is on unless a spec turns it off.
   auto plain = tq::parse_spec_text("quantize:\n  weight_rounding: gptq\n", "spec.yaml");
   CHECK(plain.quantize.algorithms.gptq.act_order);
-  auto off = tq::parse_spec_text(
-      "quantize:\n  weight_rounding: {method: gptq, act_order: false}\n", "spec.yaml");
+  auto off = tq::parse_spec_text("quantize:\n  weight_rounding: {method: gptq, act_order: false}\n",
+                                 "spec.yaml");
   CHECK_FALSE(off.quantize.algorithms.gptq.act_order);
   auto eq = tq::parse_spec_text("quantize:\n  mode: static_ptq\n  equalization: {iterations: 5}\n",
                                 "spec.yaml");

@@ -28,11 +28,11 @@ inline std::string_view to_string(Rounding r) {
 }
 
 struct GptqSettings {
-  double damp = 0.01;      // added to the Hessian's diagonal, times its mean
-  int block_size = 128;    // columns updated together (lazy batch updates)
-  // Round columns in order of decreasing Hessian diagonal. The spec parser
-  // turns it on unless a spec says otherwise (sections.cpp, docs/spec.md).
-  bool act_order = false;
+  double damp = 0.01;    // added to the Hessian's diagonal, times its mean
+  int block_size = 128;  // columns updated together (lazy batch updates)
+  // Round columns in order of decreasing Hessian diagonal (the default: on
+  // the trained nets it never lost to nearest where plain order once did).
+  bool act_order = true;
 };
 
 // Cross-layer equalization (Nagel et al. 2019): rescales the channels
@@ -41,6 +41,24 @@ struct GptqSettings {
 struct EqualizationSettings {
   bool enabled = false;
   int iterations = 20;  // sweeps over the chain of pairs (stops early when converged)
+};
+
+// SmoothQuant (Xiao et al. 2022): for a Linear layer whose input has outlier
+// channels, input channel j is divided by s_j = max|X_j|^alpha /
+// max|W_j|^(1 - alpha) and the weight's column j multiplied by it; the
+// division is folded into the op that produces the input (a LayerNorm's
+// affine, or the output channels of a layer before it).
+struct SmoothQuantSettings {
+  bool enabled = false;
+  double alpha = 0.5;  // migration strength, in [0, 1]
+};
+
+// AWQ (Lin et al. 2023): the same per-input-channel scale, searched for the
+// weight quantization: s = mean|X_j|^a, a on a grid over [0, 1), the one
+// whose quantized layer's output error on the calibration inputs is least.
+struct AwqSettings {
+  bool enabled = false;
+  int grid = 20;  // values of a tried: 0, 1/grid, ..., (grid - 1)/grid
 };
 
 // The spec's algorithm keys, resolved. Each key's location is kept for errors.
@@ -52,8 +70,15 @@ struct AlgorithmSettings {
   SourceLoc weight_rounding_loc;
   bool bias_correction = false;
   SourceLoc bias_correction_loc;
+  SmoothQuantSettings smoothquant;
+  SourceLoc smoothquant_loc;
+  AwqSettings awq;
+  SourceLoc awq_loc;
   // Whether any algorithm needs calibration data.
-  bool needs_data() const { return bias_correction || weight_rounding != Rounding::kNearest; }
+  bool needs_data() const {
+    return bias_correction || weight_rounding != Rounding::kNearest || smoothquant.enabled ||
+           awq.enabled;
+  }
 };
 
 // One row of the table: the spec key, what it does, and the modes it

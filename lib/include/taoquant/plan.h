@@ -57,13 +57,17 @@ struct LayerPlan {
   // Cross-layer equalization: the layers this one is equalized with (the
   // one before it and the one after it in a chain), found in the graph.
   std::vector<std::string> equalized_with;
+  // SmoothQuant and AWQ: the op whose output channels absorb this layer's
+  // per-input-channel scale (a LayerNorm, or the layer before it), found in
+  // the graph; "" when there is none.
+  std::string smoothed_by;
   bool quantized() const {
     return !skipped && float_reason.empty() && (weights.quantized() || activations.quantized());
   }
   // Why the layer stays float ("" when it is quantized).
   std::string why_float() const;
   // The algorithms that change this layer, in the order they run
-  // ("gptq", "bias_correction"); empty when it stays float.
+  // ("smoothquant", "gptq", "bias_correction"); empty when it stays float.
   std::vector<std::string> algorithms(const Plan& plan) const;
 };
 

@@ -32,6 +32,12 @@ fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
 fmt::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,
                                           const torch::jit::Module& model, const LayerPlan& lp);
 
+// round_planned_weight on other values of the layer's weight shape (what
+// AWQ tries), with the same format and constraints.
+fmt::QuantizedWeight round_planned_values(const QuantizeContext& ctx, const LayerPlan& lp,
+                                          const std::vector<float>& values,
+                                          const std::vector<int64_t>& shape);
+
 // Replaces `layer.weight` with the decoded values (keeping its dtype).
 void set_weight_values(torch::jit::Module& layer, const std::vector<float>& values);
 

@@ -12,9 +12,19 @@ const std::vector<AlgorithmDef>& algorithm_defs() {
        "true, or {iterations: 20}: cross-layer equalization of conv/linear pairs joined by "
        "ReLU, ReLU6, max-pooling or nothing (after BatchNorm); the float model computes the same",
        {Mode::kWeightOnly, Mode::kStatic, Mode::kDynamic}},
+      {"smoothquant",
+       "true, or {alpha: 0.5}: Linear layers whose input comes from a LayerNorm or a layer: "
+       "moves the input's outlier channels into the weights with a per-channel scale folded "
+       "into the op before (SmoothQuant)",
+       {Mode::kStatic, Mode::kDynamic}},
+      {"awq",
+       "true, or {grid: 20}: Linear layers whose input comes from a LayerNorm or a layer: "
+       "searches the per-input-channel scale that least changes the quantized layer's output on "
+       "the calibration data, folded into the op before (AWQ)",
+       {Mode::kWeightOnly}},
       {"weight_rounding",
        "nearest (default) | gptq, or {method: gptq, damp: 0.01, block_size: 128, act_order: "
-       "false}: how quantized weights are rounded; per layer: weights.rounding",
+       "true}: how quantized weights are rounded; per layer: weights.rounding",
        {Mode::kWeightOnly}},
       {"bias_correction",
        "true: subtract each quantized layer's mean output error, measured on the calibration "
@@ -48,16 +58,22 @@ void check_algorithm_modes(const AlgorithmSettings& a, Mode mode) {
   if (a.weight_rounding != Rounding::kNearest)
     check_mode("weight_rounding", a.weight_rounding_loc, mode);
   if (a.bias_correction) check_mode("bias_correction", a.bias_correction_loc, mode);
+  if (a.smoothquant.enabled) check_mode("smoothquant", a.smoothquant_loc, mode);
+  if (a.awq.enabled) check_mode("awq", a.awq_loc, mode);
 }
 
 nlohmann::json algorithms_to_json(const AlgorithmSettings& a) {
   nlohmann::json j{{"equalization", a.equalization.enabled},
                    {"weight_rounding", std::string(to_string(a.weight_rounding))},
-                   {"bias_correction", a.bias_correction}};
+                   {"bias_correction", a.bias_correction},
+                   {"smoothquant", a.smoothquant.enabled},
+                   {"awq", a.awq.enabled}};
   if (a.equalization.enabled) j["equalization_iterations"] = a.equalization.iterations;
   if (a.weight_rounding == Rounding::kGptq)
     j["gptq"] = {
         {"damp", a.gptq.damp}, {"block_size", a.gptq.block_size}, {"act_order", a.gptq.act_order}};
+  if (a.smoothquant.enabled) j["smoothquant_alpha"] = a.smoothquant.alpha;
+  if (a.awq.enabled) j["awq_grid"] = a.awq.grid;
   return j;
 }
 

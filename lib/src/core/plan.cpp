@@ -191,7 +191,14 @@ std::string LayerPlan::why_float() const {
 std::vector<std::string> LayerPlan::algorithms(const Plan& plan) const {
   std::vector<std::string> out;
   if (!equalized_with.empty()) out.emplace_back("equalization");
-  if (!quantized() || !weights.quantized()) return out;
+  if (!quantized()) return out;
+  const auto& a = plan.algorithms;
+  if (!smoothed_by.empty() && a.smoothquant.enabled && activations.quantized() &&
+      plan.mode != Mode::kWeightOnly)
+    out.emplace_back("smoothquant");
+  if (!weights.quantized()) return out;
+  if (!smoothed_by.empty() && a.awq.enabled && plan.mode == Mode::kWeightOnly)
+    out.emplace_back("awq");
   if (weights.rounding != Rounding::kNearest) out.emplace_back(to_string(weights.rounding));
   if (plan.algorithms.bias_correction) out.emplace_back("bias_correction");
   return out;
@@ -304,6 +311,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                       {"algorithms", l.algorithms(plan)}});
     if (!l.quantized()) layers.back()["float_reason"] = l.why_float();
     if (!l.equalized_with.empty()) layers.back()["equalized_with"] = l.equalized_with;
+    if (!l.smoothed_by.empty()) layers.back()["smoothed_by"] = l.smoothed_by;
   }
   return {{"mode", std::string(to_string(plan.mode))},
           {"algorithm", plan.algorithm},

@@ -166,6 +166,41 @@ TEST_CASE("build_plan: weight rounding per layer and the algorithms each layer g
   CHECK(j["layers"][1]["weights"]["rounding"] == "gptq");
 }
 
+TEST_CASE("build_plan: SmoothQuant and AWQ apply to the layers the graph gives a producer",
+          "[plan][algorithms]") {
+  auto awq = parse(R"(quantize:
+  default_layer_dtype: int4
+  awq: {grid: 10}
+  weight_rounding: gptq
+  skip_names: [classifier.fc2]
+)");
+  auto plan = tq::build_plan(awq, layers());
+  CHECK(plan.algorithms.awq.grid == 10);
+  CHECK(plan.algorithms.gptq.act_order);  // the default
+  for (auto& lp : plan.layers)
+    if (lp.info.name.rfind("classifier.", 0) == 0) lp.smoothed_by = "features.conv2";
+  CHECK(plan.find("classifier.fc1")->algorithms(plan) == std::vector<std::string>{"awq", "gptq"});
+  CHECK(plan.find("classifier.fc2")->algorithms(plan).empty());  // skipped
+  CHECK(plan.find("features.conv2")->algorithms(plan) == std::vector<std::string>{"gptq"});
+  CHECK(tq::plan_to_json(plan)["layers"][3]["smoothed_by"] == "features.conv2");
+
+  auto sq = parse(R"(quantize:
+  mode: static_ptq
+  default_layer_dtype: int8
+  default_activation_dtype: int8
+  smoothquant: {alpha: 0.75}
+  layers:
+    - module_name: "classifier.fc2"
+      activations: {dtype: native}
+)");
+  plan = tq::build_plan(sq, layers());
+  CHECK(plan.algorithms.smoothquant.alpha == 0.75);
+  for (auto& lp : plan.layers) lp.smoothed_by = "x";
+  CHECK(plan.find("classifier.fc1")->algorithms(plan) == std::vector<std::string>{"smoothquant"});
+  // Its input stays float: nothing to smooth for.
+  CHECK(plan.find("classifier.fc2")->algorithms(plan).empty());
+}
+
 TEST_CASE("the algorithm table: every key the spec reads, with its modes", "[plan][algorithms]") {
   for (const auto& d : tq::algorithm_defs()) {
     CHECK_FALSE(d.help.empty());

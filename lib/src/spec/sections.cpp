@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "spec/passes.h"
+#include "taoquant/strings.h"
 
 namespace tq::spec_detail {
 namespace {
@@ -97,6 +98,15 @@ auto positive_number() {
   return [](const Node& n, const std::string& path) {
     double v = to_number(n, path);
     if (!(v > 0)) type_error(n, path, "a number > 0");
+    return v;
+  };
+}
+
+auto number_in(double lo, double hi) {
+  return [lo, hi](const Node& n, const std::string& path) {
+    double v = to_number(n, path);
+    if (!(v >= lo && v <= hi))
+      type_error(n, path, "a number in [" + format_fixed(lo, 1) + ", " + format_fixed(hi, 1) + "]");
     return v;
   };
 }
@@ -281,24 +291,33 @@ void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSetti
   s.read("act_order", a.gptq.act_order, to_bool);
 }
 
+// `true | false`, or a mapping of the algorithm's settings (`read` reads
+// them); either way the key's location is kept.
+template <typename Read>
+bool read_switch(const Section& s, const char* key, SourceLoc& loc,
+                 const std::vector<std::string>& fields, Read read) {
+  const Node* n = s.get(key);
+  if (!n) return false;
+  loc = n->loc;
+  if (n->is_scalar()) return to_bool(*n, s.at(key));
+  Section sub(*n, s.at(key));
+  sub.only(fields);
+  read(sub);
+  return true;
+}
+
 // The algorithm keys (algorithms.h), and the modes they apply to.
 void read_algorithms(const Section& s, QuantizeSpec& q) {
   auto& a = q.algorithms;
-  // The spec's default: columns in order of decreasing Hessian diagonal. On
-  // the trained nets it never lost to nearest where plain order did once
-  // (docs/spec.md).
-  a.gptq.act_order = true;
-  if (const Node* n = s.get("equalization")) {
-    a.equalization_loc = n->loc;
-    if (n->is_scalar()) {
-      a.equalization.enabled = to_bool(*n, s.at("equalization"));
-    } else {
-      Section e(*n, s.at("equalization"));
-      e.only({"iterations"});
-      a.equalization.enabled = true;
-      e.read("iterations", a.equalization.iterations, int_at_least(1));
-    }
-  }
+  a.equalization.enabled = read_switch(
+      s, "equalization", a.equalization_loc, {"iterations"},
+      [&](const Section& e) { e.read("iterations", a.equalization.iterations, int_at_least(1)); });
+  a.smoothquant.enabled = read_switch(
+      s, "smoothquant", a.smoothquant_loc, {"alpha"},
+      [&](const Section& e) { e.read("alpha", a.smoothquant.alpha, number_in(0.0, 1.0)); });
+  a.awq.enabled = read_switch(s, "awq", a.awq_loc, {"grid"}, [&](const Section& e) {
+    e.read("grid", a.awq.grid, int_at_least(2));
+  });
   if (const Node* n = s.get("weight_rounding"))
     read_weight_rounding(*n, s.at("weight_rounding"), a);
   if (const Node* n = s.get("bias_correction")) {

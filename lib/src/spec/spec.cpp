@@ -124,6 +124,8 @@ std::string calibration_user(const Spec& spec) {
   if (q.algorithms.weight_rounding != Rounding::kNearest)
     return "quantize.weight_rounding " + std::string(to_string(q.algorithms.weight_rounding));
   if (q.algorithms.bias_correction) return "quantize.bias_correction";
+  if (q.algorithms.smoothquant.enabled) return "quantize.smoothquant";
+  if (q.algorithms.awq.enabled) return "quantize.awq";
   for (size_t i = 0; i < q.layers.size(); ++i) {
     const auto& w = q.layers[i].weights;
     if (w && w->rounding && *w->rounding != Rounding::kNearest)

@@ -68,10 +68,28 @@ void plan_equalization(Plan& plan, const torch::jit::Module& model) {
                             "layers joined by ReLU, pooling or a BatchNorm, each used once)");
 }
 
+// Which Linear layers SmoothQuant / AWQ scale, and the op that absorbs it.
+void plan_smoothing(Plan& plan, const torch::jit::Module& model) {
+  const auto groups = smoothing_groups(model);
+  for (auto& lp : plan.layers)
+    for (const auto& g : groups)
+      if (std::find(g.consumers.begin(), g.consumers.end(), lp.info.name) != g.consumers.end())
+        lp.smoothed_by = g.producer;
+  const auto& a = plan.algorithms;
+  const char* key = a.smoothquant.enabled ? "smoothquant" : "awq";
+  if (groups.empty())
+    plan.warnings.push_back(
+        (a.smoothquant.enabled ? a.smoothquant_loc : a.awq_loc).str() + ": quantize." + key +
+        ": no Linear layer whose input comes from a LayerNorm or a layer alone (the scale has "
+        "nowhere to fold)");
+}
+
 Plan plan_for(const Spec& spec, const CheckedBackend& b, const torch::jit::Module& model) {
   Plan plan = build_plan(spec, discover_layers(model));
   apply_capabilities(spec, plan, b.backend, b.options);
   if (plan.algorithms.equalization.enabled) plan_equalization(plan, model);
+  if (plan.algorithms.smoothquant.enabled || plan.algorithms.awq.enabled)
+    plan_smoothing(plan, model);
   return plan;
 }
 
@@ -127,12 +145,13 @@ struct StageTimes {
   double algorithms_s = 0, calibrate_s = 0, quantize_s = 0, save_s = 0;
 };
 
-// Whether a layer gets an algorithm that reads calibration data.
-bool plan_runs_algorithms(const Plan& plan) {
+// Whether a layer gets one of `algorithms`.
+bool plan_runs(const Plan& plan, std::initializer_list<const char*> algorithms) {
   return std::any_of(plan.layers.begin(), plan.layers.end(), [&](const LayerPlan& lp) {
     const auto a = lp.algorithms(plan);
-    return std::any_of(a.begin(), a.end(),
-                       [](const std::string& s) { return s != "equalization"; });
+    return std::any_of(algorithms.begin(), algorithms.end(), [&](const char* name) {
+      return std::find(a.begin(), a.end(), name) != a.end();
+    });
   });
 }
 
@@ -171,13 +190,22 @@ void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ct
   if (ctx.plan.algorithms.equalization.enabled)
     run_stage(name, "equalization", opts.verbose,
               [&] { stages["equalization"] = run_equalization(ctx); });
-  if (plan_runs_algorithms(ctx.plan)) {
+  if (plan_runs(ctx.plan, {"smoothquant", "awq"})) {
+    // SmoothQuant / AWQ scales, folded into the float model.
+    open_data();
+    const auto ta = Clock::now();
+    run_stage(name, "the smoothing stage", opts.verbose,
+              [&] { stages["smoothing"] = run_smoothing(ctx, *data); });
+    times.algorithms_s += since(ta);
+    ctx.calibration = data->facts();
+  }
+  if (plan_runs(ctx.plan, {"gptq", "bias_correction"})) {
     // The library's algorithm stage (GPTQ, bias correction) on the float model.
     open_data();
     const auto ta = Clock::now();
     run_stage(name, "the algorithm stage", opts.verbose,
               [&] { run_weight_algorithms(ctx, *data); });
-    times.algorithms_s = since(ta);
+    times.algorithms_s += since(ta);
     stages["weights"] = ctx.calibration.value("algorithms", nlohmann::json::object());
     ctx.calibration = data->facts();
   }

@@ -80,15 +80,21 @@ fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
   return round_planned_weight(ctx, model, lp);
 }
 
-fmt::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,
-                                          const torch::jit::Module& model, const LayerPlan& lp) {
+fmt::QuantizedWeight round_planned_values(const QuantizeContext& ctx, const LayerPlan& lp,
+                                          const std::vector<float>& values,
+                                          const std::vector<int64_t>& shape) {
   const BackendInfo* backend = BackendRegistry::instance().find(ctx.plan.backend_resolved);
   if (!backend || !constraints_active(backend->caps.constraints))
-    return quantize_layer_weight(model, lp);
-  std::vector<int64_t> shape;
-  auto values = read_weight(find_submodule(model, lp.info.name), &shape);
+    return fmt::quantize_weight(values.data(), shape, weight_format_of(lp.weights));
   return quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights),
                                      backend->caps.constraints);
+}
+
+fmt::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,
+                                          const torch::jit::Module& model, const LayerPlan& lp) {
+  std::vector<int64_t> shape;
+  auto values = read_weight(find_submodule(model, lp.info.name), &shape);
+  return round_planned_values(ctx, lp, values, shape);
 }
 
 void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {

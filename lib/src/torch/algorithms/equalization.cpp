@@ -24,6 +24,7 @@
 #include "taoquant/model.h"
 #include "taoquant/weight_algorithms.h"
 #include "torch/algorithms/clip_rewrite.h"
+#include "torch/algorithms/pair_ops.h"
 
 namespace tq {
 
@@ -32,15 +33,7 @@ namespace {
 using torch::jit::Node;
 using torch::jit::Value;
 
-// Uses of `v` other than shape reads (BatchNorm checks input.size()).
-std::vector<torch::jit::Use> data_uses(Value* v) {
-  std::vector<torch::jit::Use> out;
-  for (const auto& u : v->uses()) {
-    const std::string k = u.user->kind().toQualString();
-    if (k != "aten::size" && k != "aten::dim") out.push_back(u);
-  }
-  return out;
-}
+using detail::data_uses;
 
 bool is_flatten_from_channels(Node* n) {
   if (std::string(n->kind().toQualString()) != "aten::flatten") return false;
@@ -155,22 +148,29 @@ void fold_bool_attributes(torch::jit::Graph& g, const torch::jit::Module& model)
   }
 }
 
-// Makes the forward graph what pair detection reads: calls inlined,
-// training flags, structure flags and constant branches folded (`if
-// inplace:` of ReLU, `if self.use_res_connect:`).
-void simplify(const std::shared_ptr<torch::jit::Graph>& g, const torch::jit::Module& model) {
+}  // namespace
+
+// `if inplace:` of ReLU and `if self.use_res_connect:` fold away.
+std::shared_ptr<torch::jit::Graph> detail::simplified_forward(const torch::jit::Module& model) {
+  auto g = model.get_method("forward").graph()->copy();
   jit::inline_calls(*g);
   jit::fold_training_flags(*g);
   fold_bool_attributes(*g, model);
   jit::fold_constants(g);
+  return g;
 }
 
-}  // namespace
+std::vector<torch::jit::Use> detail::data_uses(Value* v) {
+  std::vector<torch::jit::Use> out;
+  for (const auto& u : v->uses()) {
+    const std::string k = u.user->kind().toQualString();
+    if (k != "aten::size" && k != "aten::dim") out.push_back(u);
+  }
+  return out;
+}
 
 std::vector<EqualizationPair> equalization_pairs(const torch::jit::Module& model) {
-  auto g = model.get_method("forward").graph()->copy();
-  simplify(g, model);
-  return pairs_in(model, *g);
+  return pairs_in(model, *detail::simplified_forward(model));
 }
 
 namespace {
@@ -228,12 +228,6 @@ at::Tensor first_ranges(const PairTensors& t, double eps) {
   return r;
 }
 
-void set(torch::jit::Module& m, const char* name, const at::Tensor& old, const at::Tensor& v) {
-  at::Tensor n = v.to(old.scalar_type()).contiguous();
-  n.set_requires_grad(old.requires_grad());
-  m.setattr(name, n);
-}
-
 double spread(const at::Tensor& r) {
   at::Tensor nz = r.masked_select(r > 0);
   return nz.numel() ? (nz.max() / nz.min()).item<double>() : 1.0;
@@ -247,16 +241,7 @@ at::Tensor equalize_pair(torch::jit::Module& model, const EqualizationPair& p) {
   const at::Tensor r2 = by_input_channel(t.wb, t.channels).abs().amax(1).to(at::kDouble);
   at::Tensor s = (r1 / r2).sqrt();
   s = at::where((r1 > 0) & (r2 > 0) & s.isfinite(), s, at::ones_like(s));
-  if (t.gamma.defined()) {
-    set(t.bn, "weight", t.gamma, t.gamma.to(at::kDouble) / s);
-    set(t.bn, "bias", t.beta, t.beta.to(at::kDouble) / s);
-  } else {
-    std::vector<int64_t> shape(static_cast<size_t>(t.wa.dim()), 1);
-    shape[0] = t.channels;
-    set(t.a, "weight", t.wa, t.wa.to(at::kDouble) / s.view(shape));
-    if (t.ba.defined()) set(t.a, "bias", t.ba, t.ba.to(at::kDouble) / s);
-  }
-  set(t.b, "weight", t.wb, scale_input_channels(t.wb.to(at::kDouble), s, t.channels));
+  detail::scale_pair(model, p, s);
   return s;
 }
 
@@ -280,6 +265,27 @@ void rewrite_clips(torch::jit::Module& model, const std::vector<EqualizationPair
 }
 
 }  // namespace
+
+void detail::set_tensor(torch::jit::Module& m, const char* name, const at::Tensor& v) {
+  const at::Tensor old = m.attr(name).toTensor();
+  at::Tensor n = v.to(old.scalar_type()).contiguous();
+  n.set_requires_grad(old.requires_grad());
+  m.setattr(name, n);
+}
+
+void detail::scale_pair(torch::jit::Module& model, const EqualizationPair& p, const at::Tensor& s) {
+  PairTensors t = load(model, p);
+  if (t.gamma.defined()) {
+    detail::set_tensor(t.bn, "weight", t.gamma.to(at::kDouble) / s);
+    detail::set_tensor(t.bn, "bias", t.beta.to(at::kDouble) / s);
+  } else {
+    std::vector<int64_t> shape(static_cast<size_t>(t.wa.dim()), 1);
+    shape[0] = t.channels;
+    detail::set_tensor(t.a, "weight", t.wa.to(at::kDouble) / s.view(shape));
+    if (t.ba.defined()) detail::set_tensor(t.a, "bias", t.ba.to(at::kDouble) / s);
+  }
+  detail::set_tensor(t.b, "weight", scale_input_channels(t.wb.to(at::kDouble), s, t.channels));
+}
 
 nlohmann::json equalize(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
                         int iterations) {

@@ -14,6 +14,7 @@
 #include "taoquant/steps.h"
 #include "taoquant/weight_algorithms.h"
 #include "taoquant/weight_quant.h"
+#include "torch/algorithms/pair_ops.h"
 
 namespace tq {
 
@@ -231,9 +232,9 @@ void holdout_sqnr(const QuantizeContext& ctx, Job& j, const Outcome& o, const at
       {"samples", x.size(0)}};
 }
 
-// At most ~2^17 values of each layer's held-out input (an SQNR over that
-// many is stable to ~0.1 dB), and at least one sample.
-CaptureOptions holdout_capture() {
+}  // namespace
+
+CaptureOptions detail::holdout_capture() {
   CaptureOptions o;
   o.samples = [](const std::string&, const at::Tensor& x) {
     const int64_t n = x.dim() > 0 ? x.size(0) : 1;
@@ -243,14 +244,16 @@ CaptureOptions holdout_capture() {
   return o;
 }
 
-}  // namespace
-
 void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t budget) {
   const auto t0 = Clock::now();
   const auto geoms = layer_geometries(ctx.model);
   std::vector<Job> jobs;
-  for (const auto& lp : ctx.plan.layers)
-    if (!lp.algorithms(ctx.plan).empty()) jobs.push_back(make_job(ctx, lp, geoms));
+  for (const auto& lp : ctx.plan.layers) {
+    const auto a = lp.algorithms(ctx.plan);
+    if (std::find(a.begin(), a.end(), std::string(to_string(lp.weights.rounding))) != a.end() ||
+        std::find(a.begin(), a.end(), "bias_correction") != a.end())
+      jobs.push_back(make_job(ctx, lp, geoms));
+  }
   if (jobs.empty()) return;
   auto passes = plan_passes(jobs, budget);
   std::map<std::string, Outcome> outcomes;
@@ -265,14 +268,14 @@ void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t b
       if (ctx.on_progress) ctx.on_progress("algorithms", ++done, jobs.size());
     }
   }
-  const auto held = capture_layers(ctx.model, data.holdout(), holdout_capture());
+  const auto held = capture_layers(ctx.model, data.holdout(), detail::holdout_capture());
   for (auto& j : jobs) {
     const std::string& name = j.lp->info.name;
     const Outcome& o = outcomes[name];
     auto x = held.inputs.find(name);
     if (x != held.inputs.end() && j.g.why.empty()) holdout_sqnr(ctx, j, o, x->second);
     if (o.rounded) ctx.weight_overrides[name] = o.rounded;
-    ctx.algorithm_facts[name] = j.facts;
+    for (const auto& [k, v] : j.facts.items()) ctx.algorithm_facts[name][k] = v;
   }
   // Biases change last: every statistic above is of the float model.
   for (const auto& j : jobs) {

@@ -1,0 +1,81 @@
+#include "algorithm_test_util.h"
+
+#include <torch/script.h>
+#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "taoquant/data.h"
+#include "taoquant/spec.h"
+
+namespace fs = std::filesystem;
+
+namespace tq::test {
+
+std::string alg_tmpdir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("tq_alg_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+const std::string& algorithm_refs_dir() {
+  static const std::string d = [] {
+    const std::string dir = alg_tmpdir("refs");
+    const std::string cmd = "/usr/bin/python3 " + std::string(TQ_SOURCE_DIR) +
+                            "/tests/data/make_algorithm_refs.py " + dir + "/refs.json";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    return dir;
+  }();
+  return d;
+}
+
+const nlohmann::json& algorithm_refs() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(algorithm_refs_dir() + "/refs.json");
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+
+at::Tensor tensor_of(const nlohmann::json& j) {
+  std::vector<int64_t> shape;
+  const nlohmann::json* p = &j;
+  while (p->is_array()) {
+    shape.push_back(static_cast<int64_t>(p->size()));
+    if (p->empty()) break;
+    p = &(*p)[0];
+  }
+  std::vector<double> flat;
+  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& n) {
+    if (n.is_array())
+      for (const auto& e : n) walk(e);
+    else
+      flat.push_back(n.get<double>());
+  };
+  walk(j);
+  return torch::tensor(flat, torch::kDouble).reshape(shape);
+}
+
+double fmnist_top1(const std::string& path) {
+  auto m = torch::jit::load(path);
+  auto spec =
+      parse_spec_text("dataset:\n  test_dataset:\n    data_file: " + std::string(TQ_MODELS_DIR) +
+                          "/fmnist/test.npz\n    batch_size: 500\n",
+                      "<test>");
+  auto loader = make_data_loader(spec, *spec.dataset.test_dataset, "dataset.test_dataset", true);
+  torch::NoGradGuard ng;
+  Batch b;
+  int64_t correct = 0, n = 0;
+  while (loader->next(b)) {
+    correct += (m.forward({b.inputs[0]}).toTensor().argmax(1) == b.labels).sum().item<int64_t>();
+    n += b.labels.size(0);
+  }
+  return 100.0 * double(correct) / double(n);
+}
+
+}  // namespace tq::test

@@ -1,0 +1,28 @@
+// What the algorithm tests share: temporary folders, the Python references
+// (tests/data/make_algorithm_refs.py) and top-1 on the Fashion-MNIST test set.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tq::test {
+
+// A fresh folder under the temporary directory, unique to this process.
+std::string alg_tmpdir(const std::string& name);
+
+// The references, made once per test run by the Python script, and the
+// folder it writes them to (with the models they were computed on).
+const nlohmann::json& algorithm_refs();
+const std::string& algorithm_refs_dir();
+
+// A nested JSON list of numbers as a float64 tensor.
+at::Tensor tensor_of(const nlohmann::json& j);
+
+// Top-1 (%) of a model or artifact over the 10k Fashion-MNIST test images,
+// run by plain LibTorch.
+double fmnist_top1(const std::string& path);
+
+}  // namespace tq::test
