@@ -13,7 +13,6 @@ per-channel ranges become as uneven as those of trained depthwise nets, the
 case where per-tensor quantization collapses and cross-layer equalization
 (Nagel et al. 2019) helps.
 """
-import argparse
 import math
 import os
 import sys
@@ -22,8 +21,10 @@ if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
     os.environ["PYTHONHASHSEED"] = "0"
     os.execv(sys.executable, [sys.executable] + sys.argv)
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from variant_util import make_variant  # noqa: E402
 
 LINKS = [("features.conv1", "features.conv2"),
          ("features.conv2", "classifier.fc1"),
@@ -36,41 +37,24 @@ def submodule(m, path):
     return m
 
 
+def imbalance(m, a, g):
+    for first, second in LINKS:
+        A, B = submodule(m, first), submodule(m, second)
+        n = A.weight.shape[0]
+        s = torch.exp(torch.empty(n).uniform_(-math.log(a.spread), math.log(a.spread),
+                                              generator=g))
+        A.weight.mul_(s.view(-1, *([1] * (A.weight.dim() - 1))))
+        A.bias.mul_(s)
+        w = B.weight
+        if w.dim() == 4:
+            w.div_(s.view(1, -1, 1, 1))
+        else:  # linear, possibly after flatten: channel i feeds a block of inputs
+            w.view(w.shape[0], n, -1).div_(s.view(1, -1, 1))
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("src")
-    ap.add_argument("out")
-    ap.add_argument("test_npz")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--spread", type=float, default=40.0)
-    a = ap.parse_args()
-    torch.set_num_threads(2)
-    m = torch.jit.load(a.src)
-    m.eval()
-    x = torch.from_numpy(np.load(a.test_npz)["x"][:256]).float()
-    with torch.no_grad():
-        ref = m(x)
-        g = torch.Generator().manual_seed(a.seed)
-        for first, second in LINKS:
-            A, B = submodule(m, first), submodule(m, second)
-            n = A.weight.shape[0]
-            s = torch.exp(torch.empty(n).uniform_(-math.log(a.spread), math.log(a.spread),
-                                                  generator=g))
-            A.weight.mul_(s.view(-1, *([1] * (A.weight.dim() - 1))))
-            A.bias.mul_(s)
-            w = B.weight
-            if w.dim() == 4:
-                w.div_(s.view(1, -1, 1, 1))
-            else:  # linear, possibly after flatten: channel i feeds a block of inputs
-                w.view(w.shape[0], n, -1).div_(s.view(1, -1, 1))
-        out = m(x)
-    rel = ((out - ref).abs().max() / ref.abs().max()).item()
-    if rel > 1e-5:
-        sys.exit(f"make_imbalanced: the variant changed the outputs (max relative {rel:.2e})")
-    tmp = a.out + ".tmp"
-    m.save(tmp)
-    os.replace(tmp, a.out)
-    print(f"make_imbalanced: wrote {a.out} (outputs equal to {rel:.1e}, relative)")
+    make_variant("make_imbalanced",
+                 lambda ap: ap.add_argument("--spread", type=float, default=40.0), imbalance)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ outputs (checked here to 1e-5, relative); per-tensor activation
 quantization of those Linear inputs then loses most of its resolution to
 the outliers, the case SmoothQuant (Xiao et al. 2022) addresses.
 """
-import argparse
 import math
 import os
 import sys
@@ -26,8 +25,10 @@ if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
     os.environ["PYTHONHASHSEED"] = "0"
     os.execv(sys.executable, [sys.executable] + sys.argv)
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from variant_util import make_variant  # noqa: E402
 
 
 def links(m):
@@ -39,39 +40,25 @@ def links(m):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("src")
-    ap.add_argument("out")
-    ap.add_argument("test_npz")
-    ap.add_argument("--seed", type=int, default=0)
+def add_outliers(m, a, g):
+    for _, norm, linear in links(m):
+        n = norm.weight.shape[0]
+        idx = torch.randperm(n, generator=g)[:a.channels]
+        c = torch.exp(torch.empty(a.channels).uniform_(math.log(a.low), math.log(a.high),
+                                                       generator=g))
+        norm.weight[idx] *= c
+        norm.bias[idx] *= c
+        linear.weight[:, idx] /= c
+
+
+def options(ap):
     ap.add_argument("--channels", type=int, default=4)
     ap.add_argument("--low", type=float, default=16.0)
     ap.add_argument("--high", type=float, default=64.0)
-    a = ap.parse_args()
-    torch.set_num_threads(2)
-    m = torch.jit.load(a.src)
-    m.eval()
-    x = torch.from_numpy(np.load(a.test_npz)["x"][:256]).float()
-    g = torch.Generator().manual_seed(a.seed)
-    with torch.no_grad():
-        ref = m(x)
-        for _, norm, linear in links(m):
-            n = norm.weight.shape[0]
-            idx = torch.randperm(n, generator=g)[:a.channels]
-            c = torch.exp(torch.empty(a.channels).uniform_(math.log(a.low), math.log(a.high),
-                                                           generator=g))
-            norm.weight[idx] *= c
-            norm.bias[idx] *= c
-            linear.weight[:, idx] /= c
-        out = m(x)
-    rel = ((out - ref).abs().max() / ref.abs().max()).item()
-    if rel > 1e-5:
-        sys.exit(f"make_outliers: the variant changed the outputs (max relative {rel:.2e})")
-    tmp = a.out + ".tmp"
-    m.save(tmp)
-    os.replace(tmp, a.out)
-    print(f"make_outliers: wrote {a.out} (outputs equal to {rel:.1e}, relative)")
+
+
+def main():
+    make_variant("make_outliers", options, add_outliers)
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ tiny_models() {
 # outlier channels, for SmoothQuant).
 fmnist_variant() {
   local script="$1" src="$2" out="$3" d="${OUTDIR}/fmnist" stamp
-  stamp="$(gen_stamp "${SCRIPT_DIR}/${script}" "${d}/${src}")"
+  stamp="$(gen_stamp "${SCRIPT_DIR}/${script}" "${SCRIPT_DIR}/variant_util.py" "${d}/${src}")"
   if is_current "${d}/${out}" "${stamp}"; then
     log "fmnist/${out} present (cached)"
     return 0

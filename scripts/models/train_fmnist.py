@@ -116,17 +116,23 @@ class FmnistResNet(nn.Module):
         return self.fc(self.flatten(self.avgpool(x)))
 
 
+def add_patch_tokens(m, dim, patch):
+    """The ViTs' stem: a patch-`patch` conv embedding, a cls token and
+    learned position embeddings (set on module `m`, in this order)."""
+    num_patches = (28 // patch) ** 2
+    m.patch_embed = nn.Conv2d(1, dim, patch, stride=patch)
+    m.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+    m.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
+    nn.init.trunc_normal_(m.pos_embed, std=0.02)
+    nn.init.trunc_normal_(m.cls_token, std=0.02)
+
+
 class FmnistViT(nn.Module):
     """Patch-7 conv embedding (16 patches) + cls token + 3 encoder layers."""
 
     def __init__(self, dim=64, depth=3, heads=4, mlp_dim=128, patch=7):
         super().__init__()
-        num_patches = (28 // patch) ** 2
-        self.patch_embed = nn.Conv2d(1, dim, patch, stride=patch)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        add_patch_tokens(self, dim, patch)
         layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=mlp_dim, dropout=0.0,
                                            activation="gelu", batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
@@ -182,12 +188,7 @@ class FmnistViTQkv(nn.Module):
 
     def __init__(self, dim=64, depth=4, heads=4, mlp_dim=128, patch=7):
         super().__init__()
-        num_patches = (28 // patch) ** 2
-        self.patch_embed = nn.Conv2d(1, dim, patch, stride=patch)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        add_patch_tokens(self, dim, patch)
         self.blocks = nn.Sequential(*[EncoderBlock(dim, heads, mlp_dim) for _ in range(depth)])
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, 10)
