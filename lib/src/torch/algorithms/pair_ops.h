@@ -6,6 +6,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/script.h>
 
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -34,5 +36,27 @@ void set_tensor(torch::jit::Module& m, const char* name, const at::Tensor& v);
 // layer's input (an SQNR over that many is stable to ~0.1 dB), at least one
 // sample.
 CaptureOptions holdout_capture();
+
+// 10 log10(signal / noise); +inf when noise is 0.
+inline double energy_db(double signal, double noise) {
+  return noise <= 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal / noise);
+}
+
+// Greedy passes over the data: consecutive jobs whose statistics
+// (job.bytes()) together fit the budget; a job larger than it gets a pass alone.
+template <typename Job>
+std::vector<std::vector<Job*>> passes_within(std::vector<Job>& jobs, size_t budget) {
+  std::vector<std::vector<Job*>> passes(1);
+  size_t used = 0;
+  for (auto& j : jobs) {
+    if (!passes.back().empty() && used + j.bytes() > budget) {
+      passes.emplace_back();
+      used = 0;
+    }
+    passes.back().push_back(&j);
+    used += j.bytes();
+  }
+  return passes;
+}
 
 }  // namespace tq::detail

@@ -217,10 +217,6 @@ nlohmann::json smoothquant_group(QuantizeContext& ctx, const GroupJob& j) {
           {"scale_range", {s.min().item<double>(), s.max().item<double>()}}};
 }
 
-double energy_db(double signal, double noise) {
-  return noise <= 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal / noise);
-}
-
 // The held-out batch's second moment of the group's input, or undefined.
 at::Tensor holdout_moment(const LayerCapture& held, const GroupJob& j) {
   auto x = held.inputs.find(j.g->consumers[0]);
@@ -248,11 +244,11 @@ nlohmann::json awq_group(QuantizeContext& ctx, const GroupJob& j, const LayerCap
   }
   const auto best = std::min_element(r.loss.begin(), r.loss.end()) - r.loss.begin();
   if (r.alpha > 0) apply_smoothing(ctx.model, *j.g, r.scale);
-  nlohmann::json f{
-      {"alpha", r.alpha},
-      {"calibration_output_sqnr_db",
-       {{"nearest", energy_db(signal, r.loss[0])}, {"awq", energy_db(signal, r.loss[best])}}},
-      {"samples", j.rows}};
+  nlohmann::json f{{"alpha", r.alpha},
+                   {"calibration_output_sqnr_db",
+                    {{"nearest", detail::energy_db(signal, r.loss[0])},
+                     {"awq", detail::energy_db(signal, r.loss[best])}}},
+                   {"samples", j.rows}};
   if (r.holdout_loss_nearest > 0) {
     f["holdout_output_error_ratio"] = r.holdout_loss / r.holdout_loss_nearest;
     if (r.rejected_on_holdout)
@@ -261,21 +257,6 @@ nlohmann::json awq_group(QuantizeContext& ctx, const GroupJob& j, const LayerCap
                       ") did not lower the held-out batch's error";
   }
   return f;
-}
-
-// Greedy passes whose statistics (AWQ's K x K moments) fit the budget.
-std::vector<std::vector<GroupJob*>> group_passes(std::vector<GroupJob>& jobs, size_t budget) {
-  std::vector<std::vector<GroupJob*>> passes(1);
-  size_t used = 0;
-  for (auto& j : jobs) {
-    if (!passes.back().empty() && used + j.bytes() > budget) {
-      passes.emplace_back();
-      used = 0;
-    }
-    passes.back().push_back(&j);
-    used += j.bytes();
-  }
-  return passes;
 }
 
 }  // namespace
@@ -291,7 +272,7 @@ nlohmann::json run_smoothing(QuantizeContext& ctx, CalibrationData& data) {
   size_t done = 0;
   LayerCapture held;  // the held-out batch's layer inputs, before any change
   bool captured = false;
-  for (const auto& pass : group_passes(jobs, size_t{512} << 20)) {
+  for (const auto& pass : detail::passes_within(jobs, size_t{512} << 20)) {
     gather(ctx, data, pass);
     if (!captured) held = capture_layers(ctx.model, data.holdout(), detail::holdout_capture());
     captured = true;

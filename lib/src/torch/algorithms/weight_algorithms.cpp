@@ -90,22 +90,6 @@ void observe(Job& j, const at::Tensor& input) {
   j.count += x.size(0);
 }
 
-// Passes over the data: greedy groups of jobs whose statistics fit the budget.
-std::vector<std::vector<Job*>> plan_passes(std::vector<Job>& jobs, size_t budget) {
-  std::vector<std::vector<Job*>> passes(1);
-  size_t used = 0;
-  for (auto& j : jobs) {
-    const size_t b = j.bytes();
-    if (!passes.back().empty() && used + b > budget) {
-      passes.emplace_back();
-      used = 0;
-    }
-    passes.back().push_back(&j);
-    used += b;
-  }
-  return passes;
-}
-
 void gather(QuantizeContext& ctx, CalibrationData& data, const std::vector<Job*>& pass) {
   std::map<std::string, Job*> by_name;
   for (Job* j : pass) by_name[j->lp->info.name] = j;
@@ -127,10 +111,6 @@ double output_energy(const at::Tensor& w2d, const at::Tensor& h) {
     e += (at::matmul(wg, h[g]) * wg).sum().item<double>();
   }
   return e;
-}
-
-double energy_db(double signal, double noise) {
-  return noise <= 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(signal / noise);
 }
 
 at::Tensor values_of(const fmt::QuantizedWeight& q, const at::Tensor& like) {
@@ -190,11 +170,11 @@ Outcome run_job(QuantizeContext& ctx, Job& j) {
     auto noise = [&](const fmt::QuantizedWeight& r) {
       return output_energy(values_of(r, w).reshape({w.size(0), -1}).to(at::kDouble) - w2d, j.h);
     };
-    j.facts["gptq"] = {
-        {"seconds", seconds_since(t0)},
-        {"calibration_output_sqnr_db",
-         {{"nearest", energy_db(signal, noise(nearest))}, {"gptq", energy_db(signal, noise(*q))}}},
-        {"weight_sqnr_db", {{"nearest", nearest.sqnr_db}, {"gptq", q->sqnr_db}}}};
+    j.facts["gptq"] = {{"seconds", seconds_since(t0)},
+                       {"calibration_output_sqnr_db",
+                        {{"nearest", detail::energy_db(signal, noise(nearest))},
+                         {"gptq", detail::energy_db(signal, noise(*q))}}},
+                       {"weight_sqnr_db", {{"nearest", nearest.sqnr_db}, {"gptq", q->sqnr_db}}}};
     j.h = at::Tensor();  // free the Hessian before the next layer
   }
   if (j.bias && j.count > 0) {
@@ -255,7 +235,7 @@ void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t b
       jobs.push_back(make_job(ctx, lp, geoms));
   }
   if (jobs.empty()) return;
-  auto passes = plan_passes(jobs, budget);
+  auto passes = detail::passes_within(jobs, budget);
   std::map<std::string, Outcome> outcomes;
   size_t peak = 0, done = 0;
   for (const auto& pass : passes) {
