@@ -1,7 +1,10 @@
 // The command table and the spec-driven commands.
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <map>
 
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
@@ -126,6 +129,56 @@ int run_inspect(Options& o) {
   return 0;
 }
 
+// One line per timed op and batch size of a timing cache:
+// fp32, static int8, dynamic int8 (Linear) and the static speedup.
+std::string format_timings(const nlohmann::json& cache) {
+  struct Row {
+    double fp32 = -1, int8 = -1, dyn = -1;
+  };
+  std::map<std::string, Row> rows;
+  for (const auto& [key, v] : cache.at("entries").items()) {
+    const auto slash = key.rfind('/');
+    const std::string head = key.substr(0, slash), form = key.substr(slash + 1);
+    Row& r = rows[head];
+    (form == "fp32" ? r.fp32 : form == "int8" ? r.int8 : r.dyn) = v.get<double>();
+  }
+  std::string out;
+  char buf[64];
+  for (const auto& [head, r] : rows) {
+    char dyn[16] = "         -";
+    if (r.dyn >= 0) std::snprintf(dyn, sizeof dyn, "%10.4f", r.dyn);
+    std::snprintf(buf, sizeof buf, "%10.4f %10.4f %s %6.2fx", r.fp32, r.int8, dyn,
+                  r.int8 > 0 ? r.fp32 / r.int8 : 0.0);
+    out += buf + std::string("  ") + head + "\n";
+  }
+  return "   fp32 ms    int8 ms  int8dyn ms speedup  op / shapes / batch (int8 = static)\n" + out;
+}
+
+// `profile`: the spec's model as static int8, timed whole and layer by layer
+// (float, static and dynamic int8) into a timing cache for this machine.
+int run_profile(Options& o) {
+  o.overrides.push_back("quantize.mode=static_ptq");  // whatever the spec's mode
+  auto spec = load_quantize_spec(o);
+  tq::QuantizeOptions qo = quantize_options(o);
+  qo.profile = true;
+  auto out = tq::run_quantize(spec, qo);
+  for (const auto& w : out.warnings) spdlog::warn("{}", w);
+  if (out.timing_cache_path.empty())
+    throw tq::UsageError(
+        "profile: nothing was timed (backend '" + out.requested_backend +
+        "' has no never-slower check, or quantize.backend_kwargs.latency_check is false); "
+        "profile with backend libtorch");
+  std::ifstream in(out.timing_cache_path);
+  const auto cache = nlohmann::json::parse(in);
+  if (o.json)
+    std::cout << cache.dump(2) << "\n";
+  else
+    std::cout << format_timings(cache) << "timing cache: " << out.timing_cache_path << " ("
+              << cache.at("entries").size() << " entries; engine " << cache.value("engine", "")
+              << ")\n";
+  return 0;
+}
+
 using tq::join;
 
 template <class E>
@@ -209,6 +262,14 @@ const std::vector<Command>& commands() {
          app.add_flag("--json", o.json, "Print the plan as JSON");
        },
        run_inspect},
+      {"profile",
+       "Time the spec's model and each layer (float, static and dynamic int8) on this machine; "
+       "write a timing cache for quantize.timing_cache",
+       [](CLI::App& app, Options& o) {
+         add_spec_options(app, o);
+         app.add_flag("--json", o.json, "Print the timing cache as JSON");
+       },
+       run_profile},
       {"evaluate",
        "Evaluate a float or quantized model on the test data: accuracy, fidelity vs float, "
        "latency, quality "

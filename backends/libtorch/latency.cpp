@@ -10,10 +10,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include "taoquant/batch.h"
 #include "taoquant/calibration.h"
 #include "taoquant/jit.h"
 #include "taoquant/latency.h"
 #include "taoquant/model.h"
+#include "taoquant/timing_cache.h"
 
 namespace tq::libtorch {
 
@@ -53,6 +55,23 @@ std::pair<double, double> look(FA&& a, FB&& b, bool warm, int full_reps, double 
   return {ta, tb};
 }
 
+// The fp32 and int8 times of `key`: from the cache when it holds both, else
+// measured and recorded.
+template <class Measure>
+std::pair<double, double> timed_pair(TimingCache* cache, const std::string& key,
+                                     Measure&& measure) {
+  if (cache) {
+    if (auto f = cache->find(key + "/fp32"))
+      if (auto q = cache->find(key + "/int8")) return {*f, *q};
+  }
+  const std::pair<double, double> r = measure();
+  if (cache) {
+    cache->put(key + "/fp32", r.first);
+    cache->put(key + "/int8", r.second);
+  }
+  return r;
+}
+
 std::vector<c10::IValue> call_op(const char* name, const char* overload,
                                  std::vector<c10::IValue> args) {
   auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
@@ -75,10 +94,55 @@ std::string format_ms(double ms) {
   return buf;
 }
 
+std::string shape_text(const at::Tensor& t, int64_t from) {
+  std::string s;
+  for (int64_t d = from; d < t.dim(); ++d) s += (s.empty() ? "" : "x") + std::to_string(t.size(d));
+  return s.empty() ? "scalar" : s;
+}
+
+std::string model_timing_key(const QuantizeContext& ctx, ObserverTable& table,
+                             const std::vector<at::Tensor>& sample) {
+  Hash64 model, int8;
+  model.update(jit::inlined_graph(ctx.model)->toString());
+  for (const auto& p : ctx.model.named_parameters())
+    model.update(p.name + "=" + shape_text(p.value, 0) + ";");
+  for (const auto& t : sample) model.update("in=" + shape_text(t) + ";");
+  for (const auto& lp : ctx.plan.layers) {
+    const ObserverSlot* ws = table.find_label(lp.info.name + ":weight");
+    if (ws) int8.update(lp.info.name + (table.qparams(ws->id).per_channel ? ":c;" : ":t;"));
+  }
+  return "model/" + model.hex() + "/int8=" + int8.hex();
+}
+
+namespace {
+
+// Float vs int8 model at one batch size: two warm-up calls each (the
+// profiling executor profiles the first call and compiles its plan on the
+// second), then one timed call each: for calls of 10 ms or more a 2x
+// difference is beyond the machine's noise; closer calls get medians.
+std::pair<double, double> measure_models(torch::jit::Module& f, torch::jit::Module& q,
+                                         const std::vector<at::Tensor>& sample, int64_t bs) {
+  std::vector<c10::IValue> in;
+  for (const auto& t : sample) in.emplace_back(resize_batch(t, bs));
+  auto run_f = [&] { f.forward(in); };
+  auto run_q = [&] { q.forward(in); };
+  const double wf = time_ms(run_f, 1), wq = time_ms(run_q, 1);
+  if (std::max(wf, wq) > 500 && (wq <= 0.5 * wf || wf <= 0.5 * wq))
+    return {wf, wq};  // one cold call of a slow run is decisive
+  run_f();
+  run_q();
+  const double tf = time_ms(run_f, 1), tq = time_ms(run_q, 1);
+  if (tf >= kDecisiveMs && (tq <= 0.5 * tf || tf <= 0.5 * tq)) return {tf, tq};
+  return look(run_f, run_q, /*warm=*/false, 7, 300);
+}
+
+}  // namespace
+
 std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
                                                const torch::jit::Module& int8,
                                                const std::vector<at::Tensor>& sample,
-                                               std::vector<int64_t> batch_sizes) {
+                                               std::vector<int64_t> batch_sizes, TimingCache* cache,
+                                               const std::string& key) {
   torch::NoGradGuard ng;
   torch::jit::Module f = fp32, q = int8;
   std::sort(batch_sizes.begin(), batch_sizes.end());
@@ -89,25 +153,8 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
       out.push_back({bs, ladder.estimate_ms(bs), 0, from});
       continue;
     }
-    std::vector<c10::IValue> in;
-    for (const auto& t : sample) in.emplace_back(resize_batch(t, bs));
-    auto run_f = [&] { f.forward(in); };
-    auto run_q = [&] { q.forward(in); };
-    double tf = 0, tq = 0;
-    // Two warm-up calls each (the profiling executor profiles the first call
-    // and compiles its plan on the second), then one timed call each: for
-    // calls of 10 ms or more a 2x difference is beyond the machine's noise.
-    const double wf = time_ms(run_f, 1), wq = time_ms(run_q, 1);
-    if (std::max(wf, wq) > 500 && (wq <= 0.5 * wf || wf <= 0.5 * wq)) {
-      std::tie(tf, tq) = std::make_pair(wf, wq);  // one cold call of a slow run is decisive
-    } else {
-      run_f();
-      run_q();
-      tf = time_ms(run_f, 1);
-      tq = time_ms(run_q, 1);
-      if (!(tf >= kDecisiveMs && (tq <= 0.5 * tf || tf <= 0.5 * tq)))
-        std::tie(tf, tq) = look(run_f, run_q, /*warm=*/false, 7, 300);
-    }
+    const auto [tf, tq] = timed_pair(cache, key + "/bs=" + std::to_string(bs),
+                                     [&] { return measure_models(f, q, sample, bs); });
     out.push_back({bs, tf, tq, 0});
     if (!ladder.record(bs, tf, tq)) break;
   }
@@ -129,7 +176,14 @@ std::vector<int64_t> int_list(const c10::IValue& v) {
 struct LayerKernel {
   jit::QuantizedOp op;
   c10::IValue packed;
+  std::string key;  // timing-cache key: op, weight shape, granularity, conv geometry
 };
+
+std::string ints_text(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
 
 // Packs a layer's weight for its int8 kernel; throws Untimed with the reason
 // when it cannot.
@@ -146,7 +200,10 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
                       ? at::quantize_per_channel(
                             w, scales, torch::zeros({scales.numel()}, torch::kLong), 0, c10::kQInt8)
                       : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
-  if (kind == LayerKind::kLinear) return {*op, call_op(op->prepack, "", {qw, bias}).at(0)};
+  std::string key = "layer/" + std::string(to_string(kind)) + "/w=" + shape_text(w, 0) +
+                    (bias.isTensor() ? "/bias" : "") +
+                    (wq.per_channel ? "/per_channel" : "/per_tensor");
+  if (kind == LayerKind::kLinear) return {*op, call_op(op->prepack, "", {qw, bias}).at(0), key};
   auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
        dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
   if (!stride.isTuple() && !stride.isIntList()) throw Untimed("stride is not a list of ints");
@@ -156,14 +213,31 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
       call_op(op->prepack, "",
               {qw, bias, int_list(stride), int_list(padding), int_list(dilation), groups.toInt()})
           .at(0);
-  return {*op, packed};
+  key += "/s=" + ints_text(int_list(stride)) + "/p=" + ints_text(int_list(padding)) +
+         "/d=" + ints_text(int_list(dilation)) + "/g=" + std::to_string(groups.toInt());
+  return {*op, packed, key};
+}
+
+// `profile`: a Linear's dynamic int8 form (quantized::linear_dynamic on the
+// same packed weight), recorded as "<key>/int8_dynamic".
+template <class RunFloat>
+void profile_dynamic(TimingCache& cache, const LayerKernel& k, const at::Tensor& xb,
+                     const std::string& key, RunFloat&& run_f) {
+  if (k.key.rfind("layer/Linear/", 0) != 0 || cache.find(key + "/int8_dynamic")) return;
+  auto run_d = [&] { call_op("quantized::linear_dynamic", "", {xb, k.packed, false}); };
+  try {
+    cache.put(key + "/int8_dynamic", look(run_f, run_d, true, 5, 100).second);
+  } catch (const std::exception& e) {
+    spdlog::info("profile: no dynamic int8 timing for {}: {}", key, e.what());
+  }
 }
 
 // The layer alone, float vs quantize + int8 kernel + dequantize, at each
 // batch size up to the first where int8 is slower. Returns the reason to
 // keep it float, or "" when int8 is not slower.
 std::string time_layer(const torch::jit::Module& float_layer, const LayerKernel& k,
-                       const QParams& aq, const at::Tensor& x, std::vector<int64_t> sizes) {
+                       const QParams& aq, const at::Tensor& x, std::vector<int64_t> sizes,
+                       TimingCache* cache) {
   torch::jit::Module layer = float_layer;
   std::string detail;
   std::sort(sizes.begin(), sizes.end());
@@ -181,7 +255,9 @@ std::string time_layer(const torch::jit::Module& float_layer, const LayerKernel&
                        {xq, k.packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])});
       y.at(0).toTensor().dequantize();
     };
-    auto [tf, tq] = look(run_f, run_q, /*warm=*/true, 5, 100);
+    const std::string key = k.key + "/x=" + shape_text(x) + "/bs=" + std::to_string(bs);
+    auto [tf, tq] = timed_pair(cache, key, [&] { return look(run_f, run_q, true, 5, 100); });
+    if (cache && cache->profile_all) profile_dynamic(*cache, k, xb, key, run_f);
     detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) + ": int8 " +
               format_ms(tq) + " vs fp32 " + format_ms(tf);
     if (!ladder.record(bs, tf, tq)) return "int8 slower than fp32 for this layer (" + detail + ")";
@@ -211,7 +287,8 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(
       if (!as) throw Untimed("no observer found for its input");
       auto layer = find_submodule(folded, lp.info.name);
       const LayerKernel k = pack_layer(layer, lp.info.kind, table.qparams(ws->id));
-      std::string why = time_layer(layer, k, table.qparams(as->id), xi->second, batch_sizes);
+      std::string why =
+          time_layer(layer, k, table.qparams(as->id), xi->second, batch_sizes, ctx.timing_cache);
       if (!why.empty()) out.emplace_back(lp.info.name, why);
     } catch (const std::exception& e) {
       // Left to the model-level check, and said why.

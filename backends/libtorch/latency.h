@@ -13,7 +13,8 @@
 
 namespace tq {
 class ObserverTable;
-}
+class TimingCache;
+}  // namespace tq
 
 namespace tq::libtorch {
 
@@ -33,15 +34,29 @@ constexpr double kInferAboveMs = 100;
 // A single timed call of at least this length decides a 2x difference.
 constexpr double kDecisiveMs = 10;
 
-// Float model vs int8 model on `sample` resized to each batch size (measured
-// in ascending order, up to the first where int8 is slower).
+// Float model vs int8 model on `sample` resized to each batch size (in
+// ascending order, up to the first where int8 is slower). Each pair comes
+// from `cache` under `key` when it holds it, else is measured and recorded
+// there (`cache` may be null: measure, keep nothing).
 std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
                                                const torch::jit::Module& int8,
                                                const std::vector<at::Tensor>& sample,
-                                               std::vector<int64_t> batch_sizes);
+                                               std::vector<int64_t> batch_sizes, TimingCache* cache,
+                                               const std::string& key);
+
+// The timing-cache key of the float model with `table`'s int8 layers: a
+// hash of its graph and parameter shapes and the sample's shapes, and one of
+// which layers are int8 at which granularity.
+std::string model_timing_key(const QuantizeContext& ctx, ObserverTable& table,
+                             const std::vector<at::Tensor>& sample);
+
+// "16x14x14": the sizes from dimension `from` on (timing-cache keys).
+std::string shape_text(const at::Tensor& t, int64_t from = 1);
 
 // Each quantized layer alone: its float op vs quantize + int8 op + dequantize
-// on its held-out input (`inputs`: capture_layer_inputs on `folded`).
+// on its held-out input (`inputs`: capture_layer_inputs on `folded`), from
+// ctx.timing_cache when it holds the layer's op and shapes, else measured
+// and recorded there (a profiling cache also gets Linear's dynamic int8).
 // Returns (layer, reason) for layers where int8 is slower at any batch size.
 // An int8 layer that cannot be timed alone is left to the model-level check;
 // why is logged and, if `untimed` is given, added to it as (layer, reason).

@@ -17,6 +17,7 @@
 #include "taoquant/report.h"
 #include "taoquant/sqnr.h"
 #include "taoquant/steps.h"
+#include "taoquant/timing_cache.h"
 
 namespace tq::libtorch {
 
@@ -346,7 +347,8 @@ namespace {
 // to `speed` for the report): "" when int8 is nowhere slower, else the figures.
 std::string slower_than_float(const QuantizeContext& ctx, const StaticSession& s, const Module& q,
                               const char* stage, nlohmann::json& speed) {
-  auto cmp = compare_model_latency(ctx.model, q, s.holdout, s.latency_batch_sizes);
+  auto cmp = compare_model_latency(ctx.model, q, s.holdout, s.latency_batch_sizes, ctx.timing_cache,
+                                   model_timing_key(ctx, *s.table, s.holdout));
   bool slower = false;
   std::string detail;
   for (const auto& c : cmp) {
@@ -373,8 +375,12 @@ std::string slower_than_float(const QuantizeContext& ctx, const StaticSession& s
 // whose int8 op is slower float; if it is still slower, keep all. Returns the
 // model to ship.
 Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
+  if (ctx.timing_cache) ctx.timing_cache->bind_engine(ctx.backend_meta.value("engine", ""));
   nlohmann::json speed = nlohmann::json::array();
   std::string why = slower_than_float(ctx, s, q, "planned", speed);
+  if (why.empty() && ctx.timing_cache && ctx.timing_cache->profile_all)
+    (void)slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture().inputs,
+                             s.latency_batch_sizes);  // `profile`: every layer into the cache
   if (!why.empty()) {
     auto slower = slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture().inputs,
                                      s.latency_batch_sizes);
@@ -486,7 +492,7 @@ void StaticPtq::convert(QuantizeContext& ctx) {
   auto& s = *s_;
   Module q = convert_observed(s.observed);
   s.steps->step("convert");
-  if (s.check_speed)
+  if (s.check_speed || (ctx.timing_cache && ctx.timing_cache->profile_all))
     q = never_slower(ctx, s, q);
   else
     ctx.backend_meta["latency_check"] = nlohmann::json::array();

@@ -171,7 +171,7 @@ TEST_CASE("pt files: tensor, tuple, dict", "[data][pt]") {
   CHECK_THAT(e.msg, Contains("dict.pt") && Contains("'z'") && Contains("keys: x, y"));
 }
 
-TEST_CASE("shuffle is a seeded permutation; max_batches limits", "[data][shuffle]") {
+TEST_CASE("shuffle is a seeded permutation, max_batches limits", "[data][shuffle]") {
   for (const char* name : {"f32.npz", "f32c.npz", "dict.pt"}) {
     INFO(name);
     const std::string base = "data_file: " + fixture(name) + "\nbatch_size: 3\nshuffle: true\n";

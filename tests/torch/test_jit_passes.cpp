@@ -336,7 +336,7 @@ TEST_CASE("jit op scope: an exception unwinds the scope", "[jit]") {
   CHECK(CtxScope::depth() == 1);
 }
 
-TEST_CASE("jit op scope: scopes may end out of order; other threads see none", "[jit]") {
+TEST_CASE("jit op scope: scopes may end out of order, other threads see none", "[jit]") {
   Ctx a{1}, b{2};
   auto outer = std::make_unique<CtxScope>(a);
   auto inner = std::make_unique<CtxScope>(b);

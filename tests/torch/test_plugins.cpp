@@ -130,7 +130,7 @@ TEST_CASE("plugin refusals: exit code 1 and a message naming the cause", "[plugi
   }
 }
 
-TEST_CASE("a refused plugin registers nothing; a good one registers backends and observers",
+TEST_CASE("a refused plugin registers nothing, a good one registers backends and observers",
           "[plugins]") {
   auto& reg = tq::BackendRegistry::instance();
   // ABI mismatch: refused from the stamp, before any of its code runs.

@@ -150,7 +150,7 @@ TEST_CASE("fp8 encode(decode(c)) == c for every finite code", "[formats][fp8]") 
   }
 }
 
-TEST_CASE("fp8 ties round to the even mantissa; off-midpoint rounds to nearer", "[formats][fp8]") {
+TEST_CASE("fp8 ties round to the even mantissa, off-midpoint rounds to nearer", "[formats][fp8]") {
   for (int fi = 0; fi < 2; ++fi) {
     const FormatDef& d = def_of(fi);
     const Ladder l = positive_ladder(d);

@@ -30,6 +30,7 @@ struct Module;
 namespace tq {
 
 class CalibrationData;
+class TimingCache;
 namespace fmt {
 struct QuantizedWeight;
 }
@@ -154,6 +155,11 @@ class QuantizeContext {
   // what each algorithm did to each layer (merged into its LayerResult).
   std::map<std::string, std::shared_ptr<const fmt::QuantizedWeight>> weight_overrides;
   std::map<std::string, nlohmann::json> algorithm_facts;
+
+  // The run's timing cache (set by run_quantize; may be null elsewhere):
+  // latency decisions read it first and record what they measure, so that a
+  // rerun with the cache decides the same without measuring.
+  TimingCache* timing_cache = nullptr;
 
  private:
   std::vector<LayerResult> results_;

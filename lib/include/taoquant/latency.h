@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,11 @@ std::vector<std::vector<double>> interleaved_times(
 std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
                                         const std::function<void()>& b, int reps, double budget_ms,
                                         bool warm = true);
+
+// "the 1-minute load average was 3.9 on 2 CPUs" when the machine is
+// oversubscribed (the load average above the CPU count plus one half: more
+// runnable threads than cores, so timings are noisy), else "".
+std::string machine_busy();
 
 // `t` with `bs` rows along dim 0: its leading rows, repeated when it has fewer.
 at::Tensor resize_batch(const at::Tensor& t, int64_t bs);

@@ -22,6 +22,9 @@ struct QuantizeOptions {
   std::function<void(const LayerResult&, size_t index, size_t total)> on_layer;
   // Progress of long steps (calibration); only the CLI on a TTY draws it.
   std::function<void(const std::string& what, size_t done, size_t total)> on_progress;
+  // `profile`: time every layer and the whole model into the timing cache
+  // and write only the cache (no artifact, no report).
+  bool profile = false;
 };
 
 struct QuantizeOutcome {
@@ -34,6 +37,10 @@ struct QuantizeOutcome {
   nlohmann::json calibration = nlohmann::json::object();  // samples, batches, seconds
   nlohmann::json report;
   double total_seconds = 0;
+  // The timing cache: its file when this run wrote one (something was
+  // measured), and the facts (given, written, entries read and measured).
+  std::string timing_cache_path;
+  nlohmann::json timing_cache = nlohmann::json::object();
 };
 
 // The artifact name: quantized_model_<requested backend>.pth.

@@ -57,6 +57,9 @@ struct QuantizeSpec {
   std::string results_dir;  // quantize.results_dir, else top-level results_dir
   nlohmann::json backend_kwargs = nlohmann::json::object();
   std::string device = "cpu";  // cpu | cuda | cuda:N
+  // A timing cache (`tao-quant profile`, or the timing_cache.json a quantize
+  // run writes): latency decisions come from it, not from measuring.
+  std::string timing_cache;
 };
 
 struct PreprocessSpec {

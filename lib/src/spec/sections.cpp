@@ -336,9 +336,9 @@ void read_algorithms(const Section& s, QuantizeSpec& q) {
 
 void read_quantize(const Section& s, QuantizeSpec& q) {
   std::vector<std::string> keys{
-      "backend", "mode",       "algorithm",  "default_layer_dtype", "default_activation_dtype",
-      "layers",  "skip_names", "model_path", "results_dir",         "backend_kwargs",
-      "device"};
+      "backend", "mode",        "algorithm",  "default_layer_dtype", "default_activation_dtype",
+      "layers",  "skip_names",  "model_path", "results_dir",         "backend_kwargs",
+      "device",  "timing_cache"};
   for (const auto& d : algorithm_defs()) keys.emplace_back(d.key);
   s.only(keys);
   s.read("backend", q.backend, to_nonempty);
@@ -357,6 +357,7 @@ void read_quantize(const Section& s, QuantizeSpec& q) {
   s.read("results_dir", q.results_dir, to_str);
   s.read("backend_kwargs", q.backend_kwargs, to_json_map);
   s.read("device", q.device, to_device);
+  s.read("timing_cache", q.timing_cache, to_nonempty);
   read_algorithms(s, q);
 }
 

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
 
 namespace tq {
 
@@ -78,6 +81,17 @@ std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
     rb.push_back(time_ms(b, ib));
   }
   return {median(ra), median(rb)};
+}
+
+std::string machine_busy() {
+  std::ifstream in("/proc/loadavg");
+  double load = 0;
+  if (!(in >> load)) return "";
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  if (load <= cpus + 0.5) return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "the 1-minute load average was %.1f on %u CPUs", load, cpus);
+  return buf;
 }
 
 at::Tensor resize_batch(const at::Tensor& t, int64_t bs) {

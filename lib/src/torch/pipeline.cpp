@@ -11,9 +11,11 @@
 #include <torch/version.h>
 
 #include "taoquant/data.h"
+#include "taoquant/latency.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
 #include "taoquant/steps.h"
+#include "taoquant/timing_cache.h"
 #include "taoquant/weight_algorithms.h"
 
 namespace tq {
@@ -236,6 +238,15 @@ nlohmann::json without_timings(nlohmann::json j) {
   return j;
 }
 
+// Backend facts as embedded: without wall-clock timings, nor the latency
+// measurements (the report has them; with a timing cache the decisions
+// they led to are in the layers' reasons).
+nlohmann::json embedded_backend_meta(const nlohmann::json& meta) {
+  nlohmann::json j = without_timings(meta);
+  if (j.is_object()) j.erase("latency_check");
+  return j;
+}
+
 // The files embedded next to the model: the resolved spec, the layers, and
 // the tool/backend facts.
 void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContext& ctx) {
@@ -246,7 +257,7 @@ void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContex
       {"tool", tool_info()},
       {"backend", {{"requested", out.requested_backend}, {"resolved", out.resolved_backend}}},
       {"mode", std::string(to_string(out.plan.mode))},
-      {"backend_meta", ctx.backend_meta},
+      {"backend_meta", embedded_backend_meta(ctx.backend_meta)},
       {"calibration", without_timings(ctx.calibration)}};
   ctx.extra_files["tao_quant_meta.json"] = meta.dump(2);
 }
@@ -272,6 +283,39 @@ void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::st
     throw RuntimeError("backend '" + name + "' did not write the artifact '" + path + "'");
 }
 
+// The run's timing cache: the spec's (checked against this machine), else
+// an empty one for this machine.
+TimingCache open_timing_cache(const Spec& spec) {
+  const std::string& path = spec.quantize.timing_cache;
+  if (path.empty()) return TimingCache(TimingEnv::this_machine());
+  return TimingCache::load(path, TimingEnv::this_machine(), spec.loc("quantize.timing_cache"));
+}
+
+// Writes what this run measured next to the artifact (timing_cache.json),
+// warns when a given cache lacked entries or the machine was busy, and
+// returns the facts for the report.
+nlohmann::json close_timing_cache(const TimingCache& cache, const fs::path& results_dir,
+                                  QuantizeContext& ctx, std::string& written) {
+  nlohmann::json j{{"given", cache.given() ? nlohmann::json(cache.path()) : nlohmann::json()},
+                   {"entries_read", cache.read_count()},
+                   {"entries_measured", cache.measured_count()}};
+  if (cache.measured_count() == 0) return j;
+  written = (results_dir / "timing_cache.json").string();
+  cache.save(written);
+  j["written"] = written;
+  if (cache.given())
+    ctx.warn("timing cache '" + cache.path() + "' lacked " +
+             std::to_string(cache.measured_count()) +
+             " timings this run needed; they were measured on this machine now, so the "
+             "latency decisions may differ between runs; rerun with quantize.timing_cache=" +
+             written);
+  if (const std::string busy = machine_busy(); !busy.empty())
+    ctx.warn("latency was measured while " + busy +
+             ": the never-slower decisions may be off; measure on an idle machine "
+             "(tao-quant profile) and pass quantize.timing_cache");
+  return j;
+}
+
 // Everything that can be checked without the model, checked first.
 CheckedBackend check_before_model(const Spec& spec) {
   auto checked = resolve_backend(spec);
@@ -287,6 +331,7 @@ CheckedBackend check_before_model(const Spec& spec) {
 QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   const auto t_start = Clock::now();
   const auto checked = check_before_model(spec);
+  TimingCache cache = open_timing_cache(spec);
   QuantizeOutcome out;
   out.requested_backend = checked.backend.requested;
   out.resolved_backend = checked.backend.info->name;
@@ -302,6 +347,8 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
 
   auto quantizer = checked.backend.info->factory();
   QuantizeContext ctx(out.plan, model);
+  cache.profile_all = opts.profile;
+  ctx.timing_cache = &cache;
   ctx.on_layer = [&](const LayerResult& r, size_t i) {
     if (opts.on_layer) opts.on_layer(r, i, out.plan.layers.size());
   };
@@ -313,8 +360,10 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.artifact_path = (results_dir / artifact_name(out.requested_backend)).string();
   out.report_path = (results_dir / "quantize_report.json").string();
   out.layers = ctx.layer_results();
-  out.warnings = ctx.warnings();
   out.calibration = ctx.calibration;
+  out.timing_cache = close_timing_cache(cache, results_dir, ctx, out.timing_cache_path);
+  out.warnings = ctx.warnings();
+  if (opts.profile) return out;
   embed_metadata(spec, out, ctx);
   t0 = Clock::now();
   save_artifact(*quantizer, ctx, out.artifact_path, opts.verbose);
@@ -334,6 +383,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
                           {"save_s", times.save_s},
                           {"total_s", out.total_seconds}}};
   out.report = make_quantize_report(in);
+  out.report["timing_cache"] = out.timing_cache;
   write_file_atomic(out.report_path, out.report.dump(2) + "\n");
   spdlog::debug("wrote {} and {}", out.artifact_path, out.report_path);
   return out;
