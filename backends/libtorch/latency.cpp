@@ -176,6 +176,7 @@ std::vector<int64_t> int_list(const c10::IValue& v) {
 struct LayerKernel {
   jit::QuantizedOp op;
   c10::IValue packed;
+  LayerKind kind = LayerKind::kLinear;
   std::string key;  // timing-cache key: op, weight shape, granularity, conv geometry
 };
 
@@ -203,7 +204,8 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
   std::string key = "layer/" + std::string(to_string(kind)) + "/w=" + shape_text(w, 0) +
                     (bias.isTensor() ? "/bias" : "") +
                     (wq.per_channel ? "/per_channel" : "/per_tensor");
-  if (kind == LayerKind::kLinear) return {*op, call_op(op->prepack, "", {qw, bias}).at(0), key};
+  if (kind == LayerKind::kLinear)
+    return {*op, call_op(op->prepack, "", {qw, bias}).at(0), kind, key};
   auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
        dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
   if (!stride.isTuple() && !stride.isIntList()) throw Untimed("stride is not a list of ints");
@@ -215,7 +217,7 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
           .at(0);
   key += "/s=" + ints_text(int_list(stride)) + "/p=" + ints_text(int_list(padding)) +
          "/d=" + ints_text(int_list(dilation)) + "/g=" + std::to_string(groups.toInt());
-  return {*op, packed, key};
+  return {*op, packed, kind, key};
 }
 
 // `profile`: a Linear's dynamic int8 form (quantized::linear_dynamic on the
@@ -223,7 +225,7 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
 template <class RunFloat>
 void profile_dynamic(TimingCache& cache, const LayerKernel& k, const at::Tensor& xb,
                      const std::string& key, RunFloat&& run_f) {
-  if (k.key.rfind("layer/Linear/", 0) != 0 || cache.find(key + "/int8_dynamic")) return;
+  if (k.kind != LayerKind::kLinear || cache.find(key + "/int8_dynamic")) return;
   auto run_d = [&] { call_op("quantized::linear_dynamic", "", {xb, k.packed, false}); };
   try {
     cache.put(key + "/int8_dynamic", look(run_f, run_d, true, 5, 100).second);

@@ -85,7 +85,7 @@ TimingCache TimingCache::load(const std::string& path, const TimingEnv& here,
 }
 
 void TimingCache::bind_engine(const std::string& engine) {
-  if (engine_.empty() || (!given() && entries_.empty())) {
+  if (!given() || engine_.empty()) {  // a fresh cache takes the run's engine
     engine_ = engine;
     return;
   }
