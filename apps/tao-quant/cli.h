@@ -34,6 +34,11 @@ struct Options {
   bool json = false;
   // quantize
   bool dry_run = false;
+  // inspect --sensitivity
+  bool sensitivity = false;
+  std::vector<std::string> formats;
+  int samples = 1000;
+  std::string data;
   // evaluate
   bool is_quantized = false;
   bool compare = false;

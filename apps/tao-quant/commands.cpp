@@ -16,6 +16,7 @@
 #include "taoquant/pipeline.h"
 #include "taoquant/report.h"
 #include "taoquant/spec.h"
+#include "taoquant/tune.h"
 
 namespace tqcli {
 
@@ -113,8 +114,54 @@ int run_quantize(Options& o) {
   return 0;
 }
 
+// "what done/total" on one line of stderr, on a TTY only.
+std::function<void(const std::string&, size_t, size_t)> tty_progress(const Options& o) {
+  if (!stderr_is_tty() || o.quiet || o.json) return {};
+  return [](const std::string& what, size_t done, size_t total) {
+    std::cerr << "\r" << what << " " << done << "/" << total << "   " << (done == total ? "\n" : "")
+              << std::flush;
+  };
+}
+
+// `tune`: the search's steps, then the final artifact's summary; exit 3
+// (after writing everything) when no candidate met the gates.
+int run_tune(Options& o) {
+  auto spec = load_quantize_spec(o);
+  tq::TuneOptions to;
+  to.verbose = o.verbosity > 0;
+  to.on_progress = tty_progress(o);
+  if (!o.quiet && !o.json) to.on_step = [](const std::string& l) { std::cout << l << std::endl; };
+  auto out = tq::run_tune(spec, to);
+  const std::string html = write_html(o, HtmlKind::kQuantize, out.report, out.report_path);
+  if (o.json)
+    std::cout << out.report.dump(2) << "\n";
+  else
+    std::cout << tq::format_quantize_summary(out.quantize)
+              << (html.empty() ? "" : "html:     " + html + "\n")
+              << "tuned:    " << out.tuned_spec_path << " (tao-quant quantize -e "
+              << out.tuned_spec_path << " reproduces the artifact)\n";
+  if (!out.passed)
+    throw tq::Error(tq::ExitCode::kGate,
+                    "tune: no candidate met the gates (" + out.failed_gate +
+                        "); the best one found is written, but it is not gate-passing");
+  return 0;
+}
+
+// The ranked per-layer sensitivity table (inspect --sensitivity).
+int run_sensitivity(Options& o, const tq::Spec& spec) {
+  tq::SensitivityOptions so;
+  so.formats = tq::parse_formats(o.formats, {"--formats", 0, 0}, "--formats");
+  so.max_samples = static_cast<size_t>(o.samples);
+  so.data = o.data;
+  so.on_progress = tty_progress(o);
+  const auto r = tq::run_sensitivity(spec, so);
+  std::cout << (o.json ? r.to_json().dump(2) + "\n" : tq::format_sensitivity_table(r));
+  return 0;
+}
+
 int run_inspect(Options& o) {
   auto spec = load_quantize_spec(o);
+  if (o.sensitivity) return run_sensitivity(o, spec);
   auto out = tq::run_inspect(spec, quantize_options(o));
   if (o.json)
     std::cout << out.to_json().dump(2) << "\n";
@@ -259,9 +306,28 @@ const std::vector<Command>& commands() {
        "Print the per-layer plan (which layer gets which format, and why); quantize nothing",
        [](CLI::App& app, Options& o) {
          add_spec_options(app, o);
-         app.add_flag("--json", o.json, "Print the plan as JSON");
+         app.add_flag("--json", o.json, "Print the plan (or the sensitivity table) as JSON");
+         app.add_flag("--sensitivity", o.sensitivity,
+                      "Rank the layers by what quantizing each one alone does to the model's "
+                      "output (and what keeping it alone float gains)");
+         app.add_option("--formats", o.formats,
+                        "Candidate weight formats for --sensitivity (default: the plan's)")
+             ->delimiter(',');
+         app.add_option("--samples", o.samples, "Evaluation samples for --sensitivity")
+             ->check(CLI::PositiveNumber);
+         app.add_option("--data", o.data, "Evaluation data for --sensitivity")
+             ->check(CLI::IsMember({"test", "calibration"}));
        },
        run_inspect},
+      {"tune",
+       "Search per-layer formats (quantize.tune) until the accuracy, size and latency gates "
+       "hold; write the best artifact, its report and tuned_spec.yaml (exit 3 when no "
+       "candidate passes)",
+       [](CLI::App& app, Options& o) {
+         add_spec_options(app, o);
+         app.add_flag("--json", o.json, "Print the report as JSON");
+       },
+       run_tune},
       {"profile",
        "Time the spec's model and each layer (float, static and dynamic int8) on this machine; "
        "write a timing cache for quantize.timing_cache",

@@ -6,7 +6,10 @@
 #           taken from the current directory)
 #   PART    fmnist  -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json,
 #                      cnn_imbalanced.pt (a function-preserving variant, make_imbalanced.py),
+#                      cnn_outlier.pt (one layer's input with an outlier channel,
+#                      make_outlier_layer.py),
 #                      mbv2.pt (MobileNetV2-style: depthwise, ReLU6),
+#                      effnet.pt (EfficientNet-style: SiLU, squeeze-excite),
 #                      vit_qkv.pt (timm-style ViT), vit_qkv_outliers.pt (its
 #                      LayerNorm outputs with outlier channels, make_outliers.py)}
 #           tv      -> OUTDIR/tv/{resnet18.pt,imagenet_rand_n8_224.npz}
@@ -225,7 +228,9 @@ if [[ ${want_fmnist} -eq 1 ]]; then
   fmnist_data
   fmnist_model cnn
   fmnist_variant make_imbalanced.py cnn.pt cnn_imbalanced.pt
+  fmnist_variant make_outlier_layer.py cnn.pt cnn_outlier.pt
   fmnist_model mbv2
+  fmnist_model effnet
   fmnist_model vit_qkv
   fmnist_variant make_outliers.py vit_qkv.pt vit_qkv_outliers.pt
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Trains a small Fashion-MNIST model and saves it as TorchScript.
 
-Usage: train_fmnist.py --arch {cnn,cnn_bn,resnet,vit,vit_qkv,mlp,mbv2} --out OUTDIR
+Usage: train_fmnist.py --arch {cnn,cnn_bn,resnet,vit,vit_qkv,mlp,mbv2,effnet} --out OUTDIR
                        [--epochs N] [--threads 2] [--seed 0]
 
 Writes OUTDIR/<arch>.pt (torch.jit.script of the eval-mode model) and
@@ -261,6 +261,67 @@ class FmnistMobileNetV2(nn.Module):
         return self.fc(self.head(self.blocks(self.stem(x))))
 
 
+class SqueezeExcite(nn.Module):
+    """EfficientNet's squeeze-and-excitation: channel gates from the pooled input."""
+
+    def __init__(self, ch, squeeze):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.reduce = nn.Conv2d(ch, squeeze, 1)
+        self.act = nn.SiLU()
+        self.expand = nn.Conv2d(squeeze, ch, 1)
+        self.gate = nn.Sigmoid()
+
+    def forward(self, x):
+        return x * self.gate(self.expand(self.act(self.reduce(self.pool(x)))))
+
+
+class MBConv(nn.Module):
+    """EfficientNet's block: 1x1 expand -> BN -> SiLU -> depthwise 3x3 -> BN ->
+    SiLU -> squeeze-excite -> 1x1 project -> BN, plus the input when the shape allows."""
+    __constants__ = ["use_res"]
+
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hidden = cin * expand
+        self.use_res = stride == 1 and cin == cout
+        layers = []
+        if expand != 1:
+            layers += [("expand", nn.Conv2d(cin, hidden, 1, bias=False)),
+                       ("bn1", nn.BatchNorm2d(hidden)), ("act1", nn.SiLU())]
+        layers += [("dw", nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False)),
+                   ("bn2", nn.BatchNorm2d(hidden)), ("act2", nn.SiLU()),
+                   ("se", SqueezeExcite(hidden, max(4, cin // 4))),
+                   ("project", nn.Conv2d(hidden, cout, 1, bias=False)),
+                   ("bn3", nn.BatchNorm2d(cout))]
+        self.conv = nn.Sequential(OrderedDict(layers))
+
+    def forward(self, x):
+        if self.use_res:
+            return x + self.conv(x)
+        return self.conv(x)
+
+
+class FmnistEfficientNet(nn.Module):
+    """An EfficientNet-style net for 28x28: MBConv blocks with SiLU and squeeze-excite."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(OrderedDict([
+            ("conv", nn.Conv2d(1, 16, 3, stride=2, padding=1, bias=False)),  # 28 -> 14
+            ("bn", nn.BatchNorm2d(16)), ("act", nn.SiLU())]))
+        cfg = [(16, 16, 1, 1), (16, 24, 2, 4), (24, 24, 1, 4), (24, 40, 1, 4), (40, 40, 1, 4)]
+        self.blocks = nn.Sequential(*[MBConv(*c) for c in cfg])
+        self.head = nn.Sequential(OrderedDict([
+            ("conv", nn.Conv2d(40, 128, 1, bias=False)),
+            ("bn", nn.BatchNorm2d(128)), ("act", nn.SiLU()),
+            ("pool", nn.AdaptiveAvgPool2d(1)), ("flatten", nn.Flatten())]))
+        self.fc = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc(self.head(self.blocks(self.stem(x))))
+
+
 # arch -> (constructor, default epochs, learning rate)
 ARCHS = {
     "cnn": (lambda: FmnistCNN(batch_norm=False), 3, 1e-3),
@@ -270,6 +331,7 @@ ARCHS = {
     "vit_qkv": (FmnistViTQkv, 3, 1e-3),
     "mlp": (FmnistMLP, 3, 1e-3),
     "mbv2": (FmnistMobileNetV2, 1, 3e-3),
+    "effnet": (FmnistEfficientNet, 1, 3e-3),
 }
 
 

@@ -334,11 +334,50 @@ void read_algorithms(const Section& s, QuantizeSpec& q) {
   }
 }
 
+// quantize.tune: checked here (keys, types, ranges), read by `tao-quant
+// tune` from the resolved tree (lib/src/torch/tune/tune.cpp); `quantize`
+// ignores it.
+void check_tune(const Section& s) {
+  s.only({"formats", "max_top1_drop", "min_top1_agreement", "min_sqnr_db", "effective_bits",
+          "min_speedup", "time_budget_s", "data", "samples", "search"});
+  std::vector<DType> formats;
+  s.read("formats", formats, list_of<DType>(to_enum(dtype_table()), "a list of dtypes"));
+  if (s.get("formats") && formats.empty())
+    type_error(*s.get("formats"), s.at("formats"), "at least one dtype");
+  double v = 0;
+  s.read("max_top1_drop", v, number_in(0, 100));
+  s.read("min_top1_agreement", v, number_in(0, 100));
+  s.read("min_sqnr_db", v, to_number);
+  s.read("effective_bits", v, number_in(1, 32));
+  s.read("min_speedup", v, positive_number());
+  s.read("time_budget_s", v, positive_number());
+  int samples = 0;
+  s.read("samples", samples, int_at_least(1));
+  std::string word;
+  const auto one_of = [](std::vector<std::string> allowed) {
+    return [allowed](const Node& n, const std::string& path) {
+      std::string w = to_nonempty(n, path);
+      if (!contains(allowed, w))
+        throw SpecError(n.loc, path + ": " + quote_value(w) + " is not allowed" +
+                                   suggest(w, allowed) + "; expected one of " +
+                                   join_names(allowed));
+      return w;
+    };
+  };
+  s.read("data", word, one_of({"test", "calibration"}));
+  s.read("search", word, one_of({"greedy", "revert_worst"}));
+  if (!s.get("max_top1_drop") && !s.get("min_top1_agreement") && !s.get("min_sqnr_db") &&
+      !s.get("effective_bits"))
+    throw SpecError(s.node().loc,
+                    "quantize.tune: no gate to tune for; set max_top1_drop, "
+                    "min_top1_agreement, min_sqnr_db or effective_bits");
+}
+
 void read_quantize(const Section& s, QuantizeSpec& q) {
   std::vector<std::string> keys{
-      "backend", "mode",        "algorithm",  "default_layer_dtype", "default_activation_dtype",
-      "layers",  "skip_names",  "model_path", "results_dir",         "backend_kwargs",
-      "device",  "timing_cache"};
+      "backend", "mode",         "algorithm",  "default_layer_dtype", "default_activation_dtype",
+      "layers",  "skip_names",   "model_path", "results_dir",         "backend_kwargs",
+      "device",  "timing_cache", "tune"};
   for (const auto& d : algorithm_defs()) keys.emplace_back(d.key);
   s.only(keys);
   s.read("backend", q.backend, to_nonempty);
@@ -359,6 +398,7 @@ void read_quantize(const Section& s, QuantizeSpec& q) {
   s.read("device", q.device, to_device);
   s.read("timing_cache", q.timing_cache, to_nonempty);
   read_algorithms(s, q);
+  if (const Node* n = s.get("tune")) check_tune(Section(*n, s.at("tune")));
 }
 
 PreprocessSpec read_preprocess(const Section& s) {

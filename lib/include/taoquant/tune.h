@@ -1,0 +1,100 @@
+// Per-layer sensitivity (`tao-quant inspect --sensitivity`) and the gated
+// mixed-precision search (`tao-quant tune`, quantize.tune in the spec).
+// Both simulate quantization on a private copy of the float model (each
+// candidate weight format rounded in place, layer inputs quantized as the
+// plan says) and measure the model's output on a bounded evaluation sample
+// against float; tune then quantizes for real, with the spec's backend, and
+// keeps the best artifact found so far on disk.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "taoquant/enums.h"
+#include "taoquant/pipeline.h"
+#include "taoquant/spec.h"
+
+namespace tq {
+
+using TuneProgress = std::function<void(const std::string& what, size_t done, size_t total)>;
+
+// ---- Sensitivity -----------------------------------------------------------
+
+struct SensitivityOptions {
+  std::vector<DType> formats;  // candidate weight formats; empty: the plan's (else int8)
+  std::string data;            // "test" or "calibration"; empty: test when set
+  size_t max_samples = 1000;
+  TuneProgress on_progress;
+};
+
+struct FormatEffect {
+  DType format = DType::kInt8;
+  double sqnr_db = 0;               // model output vs float, this layer alone quantized
+  double top1_agreement = 0;        // percent
+  std::optional<double> top1_drop;  // float - this, percentage points (labels)
+};
+
+struct LayerSensitivity {
+  std::string name, kind;
+  size_t weight_params = 0;
+  std::vector<FormatEffect> alone;  // one per candidate format
+  double worst_sqnr_db = 0;         // min over `alone`: the ranking key
+  // The reverse view: every layer quantized (planned format, else the first
+  // candidate) except this one.
+  double float_gain_db = 0;         // output SQNR gained by keeping it float
+  double float_gain_agreement = 0;  // top-1 agreement gained, points
+  int rank = 0, reverse_rank = 0;   // 1 = most sensitive
+};
+
+struct SensitivityReport {
+  std::vector<LayerSensitivity> layers;  // most sensitive first
+  std::vector<DType> formats;
+  std::string data;
+  size_t samples = 0;
+  std::optional<double> float_top1;
+  double all_sqnr_db = 0, all_agreement = 0;  // everything quantized
+  std::optional<double> all_top1;
+  size_t forward_passes = 0;
+  bool reverse = true;  // the reverse view was measured
+  nlohmann::json to_json() const;
+};
+
+SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& opts = {});
+std::string format_sensitivity_table(const SensitivityReport& r);
+
+// ---- Tune ------------------------------------------------------------------
+
+struct TuneOptions {
+  bool verbose = false;
+  TuneProgress on_progress;
+  std::function<void(const std::string& line)> on_step;  // one line per search step
+};
+
+struct TuneOutcome {
+  bool passed = false;
+  std::string failed_gate;  // "max_top1_drop 0.5: measured 0.8" when !passed
+  std::string artifact_path, report_path, tuned_spec_path;
+  nlohmann::json report;  // the final quantize report, with "tune"
+  QuantizeOutcome quantize;
+};
+
+// Reads quantize.tune, searches, and writes the best artifact, its report
+// (with the search trace) and tuned_spec.yaml into the results dir. A
+// search that meets no assignment's gates still writes its best candidate;
+// passed is false and failed_gate names the gate.
+TuneOutcome run_tune(const Spec& spec, const TuneOptions& opts = {});
+
+// The dtypes named in a list ("int8", "native", ...), without repeats;
+// SpecError at `loc` naming `key` for an unknown one.
+std::vector<DType> parse_formats(const std::vector<std::string>& names, const SourceLoc& loc,
+                                 const std::string& key);
+
+// The spec as YAML text (keys sorted, strings quoted): what tuned_spec.yaml
+// holds; parse_spec_text reads it back to the same tree.
+std::string spec_yaml(const nlohmann::json& tree);
+
+}  // namespace tq

@@ -1,0 +1,183 @@
+#include "search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "taoquant/error.h"
+
+namespace tq::tune {
+
+namespace {
+
+std::optional<double> number(const nlohmann::json& t, const char* key) {
+  if (!t.contains(key) || !t[key].is_number()) return std::nullopt;
+  return t[key].get<double>();
+}
+
+std::string fixed(double v, int digits = 2) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+DType current(const Assignment& a, const std::string& layer) {
+  auto it = a.find(layer);
+  return it == a.end() ? DType::kNative : it->second;
+}
+
+}  // namespace
+
+TuneSettings read_settings(const Spec& spec) {
+  const auto q = spec.resolved.value("quantize", nlohmann::json::object());
+  if (!q.contains("tune") || !q["tune"].is_object())
+    throw SpecError(spec.loc("quantize"),
+                    "tao-quant tune needs quantize.tune, e.g. quantize.tune: {formats: [int8, "
+                    "int4, native], max_top1_drop: 0.5}");
+  const auto& j = q["tune"];
+  TuneSettings t;
+  std::vector<std::string> names{"int8", "native"};
+  if (j.contains("formats")) {
+    names.clear();
+    for (const auto& f : j["formats"])
+      names.push_back(f.is_string() ? f.get<std::string>() : f.dump());
+  }
+  for (DType d : parse_formats(names, spec.loc("quantize.tune.formats"), "quantize.tune.formats")) {
+    if (d == DType::kNative)
+      t.allow_float = true;
+    else
+      t.formats.push_back(d);
+  }
+  t.max_top1_drop = number(j, "max_top1_drop");
+  t.min_top1_agreement = number(j, "min_top1_agreement");
+  t.min_sqnr_db = number(j, "min_sqnr_db");
+  t.effective_bits = number(j, "effective_bits");
+  t.min_speedup = number(j, "min_speedup");
+  t.time_budget_s = number(j, "time_budget_s").value_or(600);
+  t.data = j.value("data", "");
+  t.search = j.value("search", "greedy");
+  t.samples = static_cast<size_t>(number(j, "samples").value_or(2000));
+  if (t.formats.empty())
+    throw SpecError(spec.loc("quantize.tune.formats"),
+                    "quantize.tune.formats: no quantized format to choose from (only native)");
+  return t;
+}
+
+std::string failed_gate(const TuneSettings& t, const Measured& x, std::optional<double> float_top1,
+                        double* shortfall) {
+  std::string first;
+  double off = 0;
+  auto check = [&](bool ok, double by, const std::string& what) {
+    if (ok) return;
+    off += by;
+    if (first.empty()) first = what;
+  };
+  if (t.max_top1_drop && x.m.top1 && float_top1) {
+    const double drop = *float_top1 - *x.m.top1;
+    check(drop <= *t.max_top1_drop, (drop - *t.max_top1_drop) / 100.0,
+          "max_top1_drop " + fixed(*t.max_top1_drop) + ": measured " + fixed(drop) + " pt");
+  }
+  if (t.min_top1_agreement)
+    check(x.m.top1_agreement >= *t.min_top1_agreement,
+          (*t.min_top1_agreement - x.m.top1_agreement) / 100.0,
+          "min_top1_agreement " + fixed(*t.min_top1_agreement) + ": measured " +
+              fixed(x.m.top1_agreement) + " %");
+  if (t.min_sqnr_db)
+    check(x.m.sqnr_db >= *t.min_sqnr_db, (*t.min_sqnr_db - x.m.sqnr_db) / 10.0,
+          "min_sqnr_db " + fixed(*t.min_sqnr_db) + ": measured " + fixed(x.m.sqnr_db) + " dB");
+  if (t.effective_bits)
+    check(x.bits <= *t.effective_bits + 1e-9, (x.bits - *t.effective_bits) / 32.0,
+          "effective_bits " + fixed(*t.effective_bits) + ": measured " + fixed(x.bits, 3));
+  if (t.min_speedup && x.speedup)
+    check(*x.speedup >= *t.min_speedup, *t.min_speedup - *x.speedup,
+          "min_speedup " + fixed(*t.min_speedup) + ": measured " + fixed(*x.speedup) + "x");
+  if (shortfall) *shortfall = off;
+  return first;
+}
+
+bool better(const TuneSettings& t, const Measured& a, const std::string& a_failed, double a_short,
+            const Measured& b, const std::string& b_failed, double b_short) {
+  (void)t;
+  if (a_failed.empty() != b_failed.empty()) return a_failed.empty();
+  if (!a_failed.empty() && a_short != b_short) return a_short < b_short;
+  if (a.float_layers != b.float_layers) return a.float_layers < b.float_layers;
+  if (std::abs(a.bits - b.bits) > 1e-9) return a.bits < b.bits;
+  return a.m.sqnr_db > b.m.sqnr_db;
+}
+
+std::vector<DType> ladder(const SimLayer& l, const TuneSettings& t) {
+  std::vector<DType> out;
+  for (DType d : t.formats)
+    if (std::find(l.formats.begin(), l.formats.end(), d) != l.formats.end()) out.push_back(d);
+  std::stable_sort(out.begin(), out.end(),
+                   [](DType a, DType b) { return format_bits(a) < format_bits(b); });
+  if (t.allow_float) out.push_back(DType::kNative);
+  return out;
+}
+
+Assignment cheapest(const std::vector<SimLayer>& layers, const TuneSettings& t) {
+  Assignment a;
+  for (const auto& l : layers) {
+    const auto steps = ladder(l, t);
+    if (!steps.empty() && steps.front() != DType::kNative) a[l.name] = steps.front();
+  }
+  return a;
+}
+
+NoiseTable noise_table(const SensitivityReport& r) {
+  NoiseTable n;
+  for (const auto& l : r.layers) {
+    n[l.name][DType::kNative] = 0;
+    for (const auto& f : l.alone)
+      n[l.name][f.format] = std::isfinite(f.sqnr_db) ? std::pow(10.0, -f.sqnr_db / 10.0) : 0.0;
+  }
+  return n;
+}
+
+std::optional<Move> next_move(const std::vector<SimLayer>& layers, const Assignment& a,
+                              const NoiseTable& nsr, const TuneSettings& t) {
+  struct Option {
+    Move move;
+    double gain, score;
+  };
+  std::vector<Option> options;
+  double max_gain = 0;
+  for (const auto& l : layers) {
+    const auto steps = ladder(l, t);
+    const DType cur = current(a, l.name);
+    auto it = std::find(steps.begin(), steps.end(), cur);
+    if (it == steps.end() || std::next(it) == steps.end()) continue;
+    const DType to = t.search == "revert_worst" ? DType::kNative : *std::next(it);
+    if (to == DType::kNative && !t.allow_float) continue;
+    const auto& n = nsr.at(l.name);
+    const double gain = n.at(cur) - n.at(to);
+    if (t.search == "revert_worst") {
+      options.push_back({{l.name, cur, to}, gain, n.at(cur)});  // the worst SQNR now
+      continue;
+    }
+    if (t.effective_bits) {
+      Assignment next = a;
+      next[l.name] = to;
+      if (to == DType::kNative) next.erase(l.name);
+      if (effective_bits(layers, next) > *t.effective_bits + 1e-9) continue;
+    }
+    const double bits = double(format_bits(to) - format_bits(cur)) * double(l.weight_params);
+    options.push_back({{l.name, cur, to}, gain, gain / std::max(bits, 1.0)});
+    max_gain = std::max(max_gain, gain);
+  }
+  // Greedy weighs noise removed per added bit, among the moves that remove a
+  // real share of it (>= 10% of the best one): a tiny layer whose change
+  // removes next to nothing is not worth a step however cheap it is.
+  std::optional<Move> best;
+  double best_score = -1e300;
+  for (const auto& o : options) {
+    if (t.search != "revert_worst" && o.gain < 0.1 * max_gain) continue;
+    if (o.score > best_score) {
+      best_score = o.score;
+      best = o.move;
+    }
+  }
+  return best;
+}
+
+}  // namespace tq::tune

@@ -1,0 +1,178 @@
+// Per-layer sensitivity: each layer quantized alone in each candidate
+// format, and the reverse view (each layer alone kept float), one forward
+// pass over the evaluation sample each.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "session.h"
+#include "taoquant/report.h"
+#include "taoquant/strings.h"
+#include "taoquant/tune.h"
+
+namespace tq {
+
+namespace {
+
+using tune::Assignment;
+
+// Every simulated layer in its planned format, else its first candidate.
+Assignment all_quantized(const tune::Simulator& sim) {
+  Assignment a;
+  for (const auto& l : sim.layers())
+    a[l.name] = l.planned != DType::kNative &&
+                        std::find(l.formats.begin(), l.formats.end(), l.planned) != l.formats.end()
+                    ? l.planned
+                    : l.formats.front();
+  return a;
+}
+
+std::optional<double> drop(const std::optional<double>& ref, const std::optional<double>& x) {
+  if (!ref || !x) return std::nullopt;
+  return *ref - *x;
+}
+
+void rank(std::vector<LayerSensitivity>& layers) {
+  std::vector<size_t> order(layers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return layers[a].float_gain_db > layers[b].float_gain_db;
+  });
+  for (size_t i = 0; i < order.size(); ++i) layers[order[i]].reverse_rank = static_cast<int>(i + 1);
+  std::stable_sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) {
+    if (a.worst_sqnr_db != b.worst_sqnr_db) return a.worst_sqnr_db < b.worst_sqnr_db;
+    return a.name < b.name;
+  });
+  for (size_t i = 0; i < layers.size(); ++i) layers[i].rank = static_cast<int>(i + 1);
+}
+
+nlohmann::json finite(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+namespace tune {
+
+SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit,
+                                      bool reverse) {
+  auto& sim = s.sim();
+  SensitivityReport r;
+  r.formats = s.formats();
+  r.data = s.sample().description;
+  r.samples = s.sample().samples;
+  r.float_top1 = s.float_top1();
+  if (sim.layers().empty())
+    throw UsageError("sensitivity: no layer of this model can take any of the formats " +
+                     join(names_of(r.formats)) + " with backend '" +
+                     s.inspected().backend.info->name + "' in " +
+                     std::string(to_string(s.plan().mode)));
+  const Assignment all = all_quantized(sim);
+  const auto base = s.measure(all, limit);
+  r.all_sqnr_db = base.sqnr_db;
+  r.all_agreement = base.top1_agreement;
+  r.all_top1 = base.top1;
+  const size_t total = sim.layers().size() * (r.formats.size() + (reverse ? 1 : 0));
+  size_t done = 0;
+  for (const auto& l : sim.layers()) {
+    LayerSensitivity ls{l.name, std::string(to_string(l.kind)), l.weight_params, {}, 0, 0, 0, 0, 0};
+    ls.worst_sqnr_db = std::numeric_limits<double>::infinity();
+    for (DType d : l.formats) {
+      const auto m = s.measure({{l.name, d}}, limit);
+      ls.alone.push_back({d, m.sqnr_db, m.top1_agreement, drop(r.float_top1, m.top1)});
+      ls.worst_sqnr_db = std::min(ls.worst_sqnr_db, m.sqnr_db);
+      if (progress) progress("sensitivity", ++done, total);
+    }
+    if (reverse) {
+      Assignment others = all;
+      others.erase(l.name);
+      const auto m = s.measure(others, limit);
+      ls.float_gain_db = m.sqnr_db - base.sqnr_db;
+      ls.float_gain_agreement = m.top1_agreement - base.top1_agreement;
+      if (progress) progress("sensitivity", ++done, total);
+    }
+    r.layers.push_back(ls);
+  }
+  rank(r.layers);
+  r.reverse = reverse;
+  r.samples = limit ? std::min(limit, r.samples) : r.samples;
+  r.forward_passes = s.forwards();
+  return r;
+}
+
+}  // namespace tune
+
+SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& opts) {
+  tune::Session s(spec, opts.formats, opts.data, opts.max_samples, opts.on_progress);
+  return tune::measure_sensitivity(s, opts.on_progress);
+}
+
+nlohmann::json SensitivityReport::to_json() const {
+  nlohmann::json layers_j = nlohmann::json::array();
+  for (const auto& l : layers) {
+    nlohmann::json alone_j = nlohmann::json::object();
+    for (const auto& f : l.alone) {
+      nlohmann::json e{{"sqnr_db", finite(f.sqnr_db)}, {"top1_agreement", f.top1_agreement}};
+      if (f.top1_drop) e["top1_drop"] = *f.top1_drop;
+      alone_j[std::string(to_string(f.format))] = e;
+    }
+    layers_j.push_back(
+        {{"name", l.name},
+         {"kind", l.kind},
+         {"weight_params", l.weight_params},
+         {"rank", l.rank},
+         {"alone", alone_j},
+         {"worst_sqnr_db", finite(l.worst_sqnr_db)},
+         {"reverse_rank", reverse ? nlohmann::json(l.reverse_rank) : nlohmann::json()},
+         {"float_gain_db", reverse ? finite(l.float_gain_db) : nlohmann::json()},
+         {"float_gain_top1_agreement",
+          reverse ? nlohmann::json(l.float_gain_agreement) : nlohmann::json()}});
+  }
+  nlohmann::json j{
+      {"formats", names_of(formats)},
+      {"data", data},
+      {"samples", samples},
+      {"forward_passes", forward_passes},
+      {"all_quantized", {{"sqnr_db", finite(all_sqnr_db)}, {"top1_agreement", all_agreement}}},
+      {"layers", layers_j}};
+  if (float_top1) j["float_top1"] = *float_top1;
+  if (all_top1) j["all_quantized"]["top1"] = *all_top1;
+  return j;
+}
+
+std::string format_sensitivity_table(const SensitivityReport& r) {
+  std::vector<std::string> head{"rank", "layer", "kind", "params"};
+  for (DType d : r.formats) head.push_back(std::string(to_string(d)) + " alone: SQNR dB / agree %");
+  head.insert(head.end(), {"float alone: +dB", "rev. rank"});
+  std::vector<std::vector<std::string>> rows;
+  char buf[64];
+  for (const auto& l : r.layers) {
+    std::vector<std::string> row{std::to_string(l.rank), l.name, l.kind,
+                                 std::to_string(l.weight_params)};
+    for (DType d : r.formats) {
+      auto it = std::find_if(l.alone.begin(), l.alone.end(),
+                             [&](const FormatEffect& f) { return f.format == d; });
+      if (it == l.alone.end()) {
+        row.push_back("-");
+        continue;
+      }
+      std::snprintf(buf, sizeof buf, "%7.2f / %6.2f", it->sqnr_db, it->top1_agreement);
+      row.push_back(buf);
+    }
+    std::snprintf(buf, sizeof buf, "%+.2f", l.float_gain_db);
+    row.push_back(buf);
+    row.push_back(std::to_string(l.reverse_rank));
+    rows.push_back(row);
+  }
+  std::snprintf(buf, sizeof buf, "%.2f dB, top-1 agreement %.2f %%", r.all_sqnr_db,
+                r.all_agreement);
+  std::string tail = "all quantized: " + std::string(buf);
+  if (r.all_top1 && r.float_top1) {
+    std::snprintf(buf, sizeof buf, "; top-1 %.2f %% (float %.2f %%)", *r.all_top1, *r.float_top1);
+    tail += buf;
+  }
+  return format_table(head, rows) + tail + "\ndata: " + r.data + " (" +
+         std::to_string(r.forward_passes) + " forward passes)\n";
+}
+
+}  // namespace tq

@@ -1,0 +1,158 @@
+#include "session.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "taoquant/data.h"
+#include "taoquant/error.h"
+#include "taoquant/model.h"
+#include "taoquant/sqnr.h"
+
+namespace tq::tune {
+
+namespace {
+
+// Up to `max_samples` leading samples of a data source.
+EvalSample read_sample(const Spec& spec, const DataSourceSpec& src, const std::string& key,
+                       size_t max_samples) {
+  auto loader = make_data_loader(spec, src, key, /*want_labels=*/true);
+  EvalSample s;
+  std::vector<at::Tensor> labels;
+  Batch b;
+  while (s.samples < max_samples && loader->next(b)) {
+    const auto take = static_cast<int64_t>(
+        std::min<size_t>(static_cast<size_t>(b.inputs.at(0).size(0)), max_samples - s.samples));
+    std::vector<at::Tensor> in;
+    for (const auto& t : b.inputs) in.push_back(t.narrow(0, 0, take));
+    s.batches.push_back(in);
+    if (b.labels.defined()) labels.push_back(b.labels.narrow(0, 0, take));
+    s.samples += static_cast<size_t>(take);
+  }
+  if (s.samples == 0) throw RuntimeError(key + ": no samples (" + loader->describe() + ")");
+  if (labels.size() == s.batches.size()) s.labels = at::cat(labels);
+  s.description =
+      key + " " + loader->describe() + ", first " + std::to_string(s.samples) + " samples";
+  return s;
+}
+
+EvalSample load_sample(const Spec& spec, const std::string& data, size_t max_samples) {
+  const auto& ds = spec.dataset;
+  const bool test = data == "test" || (data.empty() && ds.test_dataset);
+  if (test) {
+    if (!ds.test_dataset)
+      throw SpecError(spec.loc("dataset"),
+                      "the evaluation data is dataset.test_dataset, which is not set; set it, or "
+                      "use the calibration data (data: calibration)");
+    return read_sample(spec, *ds.test_dataset, "dataset.test_dataset", max_samples);
+  }
+  require_calibration(spec);
+  if (!ds.quant_calibration_dataset)
+    throw SpecError(spec.loc("dataset"),
+                    "no evaluation data: set dataset.test_dataset or "
+                    "dataset.quant_calibration_dataset");
+  return read_sample(spec, *ds.quant_calibration_dataset, "dataset.quant_calibration_dataset",
+                     max_samples);
+}
+
+// The plan's quantized weight formats, else int8.
+std::vector<DType> default_formats(const Plan& plan) {
+  std::vector<DType> out;
+  for (const auto& lp : plan.layers)
+    if (lp.quantized() && lp.weights.quantized() &&
+        std::find(out.begin(), out.end(), lp.weights.dtype) == out.end())
+      out.push_back(lp.weights.dtype);
+  if (out.empty()) out.push_back(DType::kInt8);
+  return out;
+}
+
+}  // namespace
+
+}  // namespace tq::tune
+
+namespace tq {
+
+std::vector<DType> parse_formats(const std::vector<std::string>& names, const SourceLoc& loc,
+                                 const std::string& key) {
+  std::vector<DType> out;
+  for (const auto& n : names) {
+    auto d = dtype_table().parse(n);
+    if (!d)
+      throw SpecError(loc, key + ": '" + n + "' is not a dtype (expected one of " +
+                               dtype_table().joined() + ")" +
+                               did_you_mean(n, dtype_table().names()));
+    if (std::find(out.begin(), out.end(), *d) == out.end()) out.push_back(*d);
+  }
+  return out;
+}
+
+}  // namespace tq
+
+namespace tq::tune {
+
+Session::Session(const Spec& spec, const std::vector<DType>& formats, const std::string& data,
+                 size_t max_samples, const Progress& progress)
+    : spec_(spec) {
+  if (progress) progress("planning", 0, 1);
+  inspect_ = run_inspect(spec);
+  formats_ = formats.empty() ? default_formats(inspect_.plan) : formats;
+  sample_ = load_sample(spec, data, max_samples);
+  auto model = load_model(spec.quantize.model_path, spec.loc("quantize.model_path"));
+  const auto caps = inspect_.backend.info->caps.for_mode(inspect_.plan.mode);
+  std::unique_ptr<DataLoader> loader;
+  std::unique_ptr<CalibrationData> calib;
+  if (inspect_.plan.mode == Mode::kStatic) {
+    require_calibration(spec);
+    loader = make_data_loader(spec, *spec.dataset.quant_calibration_dataset,
+                              "dataset.quant_calibration_dataset", /*want_labels=*/false);
+    calib = std::make_unique<CalibrationData>(*loader, progress);
+  }
+  check_input_fits(model, Batch{sample_.batches.at(0), {}, 0}, "evaluation data");
+  sim_ = std::make_unique<Simulator>(inspect_.plan, model, formats_, caps.weight_dtypes,
+                                     caps.layer_kinds, calib.get());
+  sim_->assign({});
+  std::vector<at::Tensor> outs;
+  for (const auto& b : sample_.batches) outs.push_back(sim_->run(b));
+  reference_ = at::cat(outs).to(at::kFloat).flatten(1);
+  if (sample_.has_labels()) float_top1_ = metrics_of(reference_).top1;
+}
+
+Session::~Session() = default;
+
+Metrics Session::metrics_of(const at::Tensor& out_) const {
+  const at::Tensor out = out_.to(at::kFloat).flatten(1);
+  const at::Tensor reference_ = this->reference_.narrow(0, 0, out.size(0));
+  Metrics m;
+  SqnrEnergy e;
+  e.add_sums(reference_.pow(2).sum().item<double>(),
+             (reference_ - out).pow(2).sum().item<double>());
+  m.sqnr_db = e.db();
+  const at::Tensor pred = out.argmax(1);
+  const auto n = static_cast<double>(out.size(0));
+  m.top1_agreement = 100.0 * pred.eq(reference_.argmax(1)).sum().item<double>() / n;
+  if (sample_.has_labels())
+    m.top1 = 100.0 * pred.eq(sample_.labels.narrow(0, 0, out.size(0))).sum().item<double>() / n;
+  return m;
+}
+
+Metrics Session::measure(const Assignment& a, size_t limit) {
+  sim_->assign(a);
+  std::vector<at::Tensor> outs;
+  size_t n = 0;
+  for (const auto& b : sample_.batches) {
+    if (limit && n >= limit) break;
+    const auto size = static_cast<size_t>(b.at(0).size(0));
+    if (!limit || n + size <= limit) {
+      outs.push_back(sim_->run(b));
+    } else {  // the leading part of this batch completes the limit
+      std::vector<at::Tensor> part;
+      for (const auto& t : b) part.push_back(t.narrow(0, 0, static_cast<int64_t>(limit - n)));
+      outs.push_back(sim_->run(part));
+    }
+    n += static_cast<size_t>(outs.back().size(0));
+  }
+  ++forwards_;
+  return metrics_of(at::cat(outs));
+}
+
+}  // namespace tq::tune

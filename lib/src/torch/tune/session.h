@@ -1,0 +1,78 @@
+// What sensitivity and tune share: the spec's model and plan, a simulator
+// for it, a bounded evaluation sample with the float reference, and the
+// metrics of an assignment on that sample. Not installed.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "simulator.h"
+#include "taoquant/pipeline.h"
+#include "taoquant/spec.h"
+#include "taoquant/tune.h"
+
+namespace tq::tune {
+
+// The model's outputs under one assignment, against float.
+struct Metrics {
+  double sqnr_db = 0;
+  double top1_agreement = 0;   // percent of samples whose argmax agrees with float
+  std::optional<double> top1;  // percent correct (with labels)
+};
+
+struct EvalSample {
+  std::vector<std::vector<at::Tensor>> batches;
+  at::Tensor labels;  // int64 [N], undefined without labels
+  size_t samples = 0;
+  std::string description;  // "test data npz test.npz: 1000 samples"
+  bool has_labels() const { return labels.defined(); }
+};
+
+using Progress = std::function<void(const std::string& what, size_t done, size_t total)>;
+
+class Session {
+ public:
+  // `data`: "test" (dataset.test_dataset, the default when it is set) or
+  // "calibration" (leading samples of dataset.quant_calibration_dataset).
+  // `formats`: candidate weight formats (empty: the plan's, else int8).
+  Session(const Spec& spec, const std::vector<DType>& formats, const std::string& data,
+          size_t max_samples, const Progress& progress);
+  ~Session();
+
+  const Spec& spec() const { return spec_; }
+  const InspectOutcome& inspected() const { return inspect_; }
+  const Plan& plan() const { return inspect_.plan; }
+  Simulator& sim() { return *sim_; }
+  const EvalSample& sample() const { return sample_; }
+  const std::vector<DType>& formats() const { return formats_; }
+  std::optional<double> float_top1() const { return float_top1_; }
+  // Runs the simulator under `a` over the sample (its first batches that
+  // hold `limit` samples, when given).
+  Metrics measure(const Assignment& a, size_t limit = 0);
+  // Metrics of outputs (concatenated over the sample, or its leading part)
+  // against float.
+  Metrics metrics_of(const at::Tensor& out) const;
+  size_t forwards() const { return forwards_; }
+
+ private:
+  const Spec& spec_;
+  InspectOutcome inspect_;
+  std::vector<DType> formats_;
+  std::unique_ptr<Simulator> sim_;
+  EvalSample sample_;
+  at::Tensor reference_;  // float outputs, concatenated
+  std::optional<double> float_top1_;
+  size_t forwards_ = 0;
+};
+
+// Each layer alone in each candidate format, and alone kept float (the
+// reverse view), ranked: what `inspect --sensitivity` prints.
+// `limit`: samples per probe (0: the whole sample); `reverse`: also the
+// reverse view (tune does without it).
+SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit = 0,
+                                      bool reverse = true);
+
+}  // namespace tq::tune

@@ -1,0 +1,78 @@
+// The quantization simulator behind sensitivity and tune: a private copy of
+// the float model in which any layer can be given any candidate weight
+// format (its weight replaced by the format's rounded values) and, in
+// static and dynamic modes, a quantize-dequantize of its input (static:
+// qparams from the planned observer over the calibration data; dynamic:
+// the range of each call). One forward pass then shows what a whole
+// assignment of formats does to the model's output. Not installed.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+#include "taoquant/plan.h"
+
+namespace tq {
+class CalibrationData;
+}
+
+namespace tq::tune {
+
+// One layer the simulator can change.
+struct SimLayer {
+  std::string name;
+  LayerKind kind = LayerKind::kLinear;
+  size_t weight_params = 0;
+  std::vector<DType> formats;  // candidate weight formats this layer may take (no native)
+  DType planned = DType::kNative;
+};
+
+// A format per layer name; a layer not named stays float.
+using Assignment = std::map<std::string, DType>;
+
+class Simulator {
+ public:
+  // `candidates`: the weight formats to consider (native excluded); each
+  // layer gets those its backend supports for its kind in the plan's mode.
+  // Static mode reads `calib` once for the activation qparams.
+  Simulator(const Plan& plan, const torch::jit::Module& float_model,
+            const std::vector<DType>& candidates, const std::vector<DType>& backend_dtypes,
+            const std::vector<LayerKind>& backend_kinds, CalibrationData* calib);
+  ~Simulator();
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  const std::vector<SimLayer>& layers() const { return layers_; }
+  // The plan's own formats (quantized layers only).
+  Assignment planned() const;
+  // Applies an assignment (every other layer float).
+  void assign(const Assignment& a);
+  // The model's output (logits) on `inputs` under the current assignment.
+  at::Tensor run(const std::vector<at::Tensor>& inputs);
+  // The weight SQNR of a layer in a format (dB).
+  double weight_sqnr_db(const std::string& layer, DType format);
+
+  struct Impl;
+
+ private:
+  std::vector<SimLayer> layers_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The candidate weight setting of a layer in `format`: its planned setting
+// with that dtype (per-channel where the dtype has no such granularity).
+TensorQuant weight_setting(const LayerPlan& lp, DType format);
+
+// Storage bits per weight element of a format (native: 32).
+int format_bits(DType d);
+
+// The effective bits of an assignment, as ModelOpt's auto_quantize counts
+// them: weight bits summed over every simulated layer (float ones at 32)
+// divided by their weight count.
+double effective_bits(const std::vector<SimLayer>& layers, const Assignment& a);
+
+}  // namespace tq::tune

@@ -1,0 +1,454 @@
+// `tao-quant tune`: sensitivity, a search in simulation, then real quantize
+// runs of the spec's backend, checked on the evaluation sample, until the
+// gates hold or the time budget ends. The best candidate so far is always
+// on disk (artifact, report, tuned_spec.yaml); the last step rebuilds it
+// from tuned_spec.yaml, so that the spec reproduces it byte for byte.
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+#include <torch/script.h>
+
+#include "../evaluate/eval_impl.h"
+#include "search.h"
+#include "taoquant/batch.h"
+#include "taoquant/calibration.h"
+#include "taoquant/model.h"
+#include "taoquant/steps.h"
+#include "taoquant/tune.h"
+
+namespace tq {
+
+namespace fs = std::filesystem;
+using tune::Assignment;
+using tune::Measured;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A key as YAML reads it back: plain when it is a word, else quoted.
+std::string key_text(const std::string& k) {
+  const bool word = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+  return word ? k : nlohmann::json(k).dump();
+}
+
+// A value in YAML flow style: {key: value, ...}, [a, b]; strings quoted
+// (JSON's escapes are YAML's), so that they read back as strings.
+std::string flow(const nlohmann::json& v) {
+  std::string out;
+  if (v.is_object()) {
+    for (const auto& [k, x] : v.items())
+      out += (out.empty() ? "" : ", ") + key_text(k) + ": " + flow(x);
+    return "{" + out + "}";
+  }
+  if (v.is_array()) {
+    for (const auto& x : v) out += (out.empty() ? "" : ", ") + flow(x);
+    return "[" + out + "]";
+  }
+  return v.dump();
+}
+
+void emit_yaml(const nlohmann::json& j, const std::string& indent, std::string& out) {
+  for (const auto& [key, v] : j.items()) {
+    out += indent + key_text(key) + ":";
+    if (v.is_object() && !v.empty()) {
+      out += "\n";
+      emit_yaml(v, indent + "  ", out);
+    } else if (v.is_array() && !v.empty()) {
+      out += "\n";
+      for (const auto& item : v) out += indent + "  - " + flow(item) + "\n";
+    } else {
+      out += " " + flow(v) + "\n";
+    }
+  }
+}
+
+// The float layers, effective bits and speedup of a real run.
+Measured measured_run(const tune::Session& s, const QuantizeOutcome& out, const tune::Metrics& m) {
+  Measured x;
+  x.m = m;
+  Assignment real;
+  for (const auto& r : out.layers) {
+    if (r.kept_float) continue;
+    for (const auto& lp : out.plan.layers)
+      if (lp.info.name == r.name && lp.weights.quantized()) real[r.name] = lp.weights.dtype;
+  }
+  x.bits = tune::effective_bits(const_cast<tune::Session&>(s).sim().layers(), real);
+  for (const auto& l : const_cast<tune::Session&>(s).sim().layers())
+    if (!real.count(l.name)) ++x.float_layers;
+  const auto lat = out.report.value("backend", nlohmann::json::object())
+                       .value("meta", nlohmann::json::object())
+                       .value("latency_check", nlohmann::json::array());
+  for (const auto& e : lat)
+    if (e.contains("int8_ms") && e.value("int8_ms", 0.0) > 0) {
+      const double sp = e.value("fp32_ms", 0.0) / e.value("int8_ms", 1.0);
+      x.speedup = x.speedup ? std::min(*x.speedup, sp) : sp;
+    }
+  return x;
+}
+
+void apply_move(Assignment& a, const tune::Move& m) {
+  if (m.to == DType::kNative)
+    a.erase(m.layer);
+  else
+    a[m.layer] = m.to;
+}
+
+std::string describe(const tune::Move& m) {
+  return m.layer + " " + std::string(to_string(m.from)) + " -> " + std::string(to_string(m.to));
+}
+
+struct Candidate {
+  Assignment a;
+  Measured x;
+  std::string failed;
+  double shortfall = 0;
+  int step = 0;
+};
+
+nlohmann::json formats_json(const Assignment& a, const std::vector<tune::SimLayer>& layers) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& l : layers) {
+    auto it = a.find(l.name);
+    j[l.name] = std::string(to_string(it == a.end() ? DType::kNative : it->second));
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string spec_yaml(const nlohmann::json& tree) {
+  std::string out =
+      "# Written by tao-quant tune: an ordinary spec (tao-quant quantize -e "
+      "this file reproduces the tuned artifact).\n";
+  emit_yaml(tree, "", out);
+  return out;
+}
+
+namespace {
+
+class Tuner {
+ public:
+  Tuner(const Spec& spec, const TuneOptions& opts)
+      : spec_(spec), opts_(opts), t_(tune::read_settings(spec)), t0_(Clock::now()) {
+    dir_ = spec.effective_results_dir();
+    user_cache_ = !spec.quantize.timing_cache.empty();
+    cache_ = (fs::path(dir_) / "timing_cache.json").string();
+  }
+
+  TuneOutcome run();
+
+ private:
+  double elapsed() const { return seconds_since(t0_); }
+  void say(const std::string& line) {
+    if (opts_.on_step) opts_.on_step(line);
+  }
+  nlohmann::json tuned_tree(const Assignment& a) const;
+  nlohmann::json weights_rule(const std::string& layer, DType d) const;
+  Candidate real_step(const Assignment& a);
+  tune::Metrics measure_artifact(const std::string& path);
+  void record(const char* kind, const Candidate& c, const std::string& change, double seconds);
+  void keep(const Candidate& c, const QuantizeOutcome& out);
+  void plan_path();
+  bool simulated_pass(size_t i);
+  size_t first_simulated_pass();
+  Candidate verify(Assignment a);
+  TuneOutcome finish();
+
+  const Spec& spec_;
+  TuneOptions opts_;
+  tune::TuneSettings t_;
+  Clock::time_point t0_;
+  std::string dir_, cache_;
+  bool user_cache_ = false;
+  std::unique_ptr<tune::Session> s_;
+  tune::NoiseTable nsr_;
+  SensitivityReport sens_;
+  nlohmann::json trace_ = nlohmann::json::array();
+  std::optional<Candidate> best_;
+  std::vector<Assignment> path_;
+  std::vector<std::string> changes_;
+  std::map<size_t, bool> sim_passed_;
+  double slowest_real_s_ = 0;
+  int steps_ = 0, real_steps_ = 0;
+};
+
+// The explicit weight setting of a layer in the tuned spec: what the
+// simulator quantized it with.
+nlohmann::json Tuner::weights_rule(const std::string& layer, DType d) const {
+  for (const auto& lp : s_->plan().layers) {
+    if (lp.info.name != layer) continue;
+    const TensorQuant w = tune::weight_setting(lp, d);
+    nlohmann::json j{{"dtype", std::string(to_string(d))},
+                     {"granularity", std::string(to_string(w.granularity))},
+                     {"symmetric", w.symmetric}};
+    if (w.granularity == Granularity::kPerGroup) j["group_size"] = w.group_size;
+    return j;
+  }
+  return {{"dtype", std::string(to_string(d))}};
+}
+
+nlohmann::json Tuner::tuned_tree(const Assignment& a) const {
+  nlohmann::json tree = spec_.resolved;
+  auto& q = tree["quantize"];
+  q.erase("tune");
+  auto layers = q.value("layers", nlohmann::json::array());
+  auto skips = q.value("skip_names", nlohmann::json::array());
+  for (const auto& l : s_->sim().layers()) {
+    auto it = a.find(l.name);
+    if (it == a.end()) {
+      skips.push_back(l.name);
+      continue;
+    }
+    layers.push_back({{"module_name", l.name}, {"weights", weights_rule(l.name, it->second)}});
+  }
+  q["layers"] = layers;
+  q["skip_names"] = skips;
+  if (!user_cache_ && fs::exists(cache_)) q["timing_cache"] = cache_;
+  return tree;
+}
+
+tune::Metrics Tuner::measure_artifact(const std::string& path) {
+  const std::string engine = eval::read_artifact_qengine(path);
+  if (!engine.empty()) eval::set_qengine(engine, path);
+  auto m = torch::jit::load(path);
+  m.eval();
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> outs;
+  for (const auto& b : s_->sample().batches) {
+    std::vector<c10::IValue> in(b.begin(), b.end());
+    outs.push_back(eval::output_tensor(m.forward(in), path));
+  }
+  return s_->metrics_of(at::cat(outs));
+}
+
+void Tuner::record(const char* kind, const Candidate& c, const std::string& change,
+                   double seconds) {
+  nlohmann::json j{{"step", c.step},
+                   {"kind", kind},
+                   {"sqnr_db", std::isfinite(c.x.m.sqnr_db) ? nlohmann::json(c.x.m.sqnr_db)
+                                                            : nlohmann::json(nullptr)},
+                   {"top1_agreement", c.x.m.top1_agreement},
+                   {"effective_bits", c.x.bits},
+                   {"float_layers", c.x.float_layers},
+                   {"gates", c.failed.empty() ? "pass" : c.failed},
+                   {"seconds", seconds}};
+  if (c.x.m.top1) j["top1"] = *c.x.m.top1;
+  if (c.x.speedup) j["speedup"] = *c.x.speedup;
+  if (!change.empty()) j["change"] = change;
+  if (std::string(kind) == "quantize") j["formats"] = formats_json(c.a, s_->sim().layers());
+  trace_.push_back(j);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "[%3d] %-8s %6.2f dB  agree %6.2f%%  bits %5.2f  float %2zu  ",
+                c.step, kind, c.x.m.sqnr_db, c.x.m.top1_agreement, c.x.bits, c.x.float_layers);
+  std::string line = buf;
+  if (c.x.m.top1) {
+    std::snprintf(buf, sizeof buf, "top-1 %6.2f%%  ", *c.x.m.top1);
+    line += buf;
+  }
+  say(line + (c.failed.empty() ? "pass" : "fails " + c.failed) +
+      (change.empty() ? "" : "  (" + change + ")"));
+}
+
+// A better real candidate replaces the kept one: artifact, report and
+// tuned_spec.yaml in the results dir, each written whole and renamed.
+void Tuner::keep(const Candidate& c, const QuantizeOutcome& out) {
+  if (best_ &&
+      !tune::better(t_, c.x, c.failed, c.shortfall, best_->x, best_->failed, best_->shortfall))
+    return;
+  best_ = c;
+  const fs::path dir(dir_);
+  const std::string art = (dir / artifact_name(out.requested_backend)).string();
+  std::ifstream in(out.artifact_path, std::ios::binary);
+  write_text_atomic(art, std::string(std::istreambuf_iterator<char>(in), {}));
+  nlohmann::json report = out.report;
+  report["artifact"]["path"] = art;
+  report["tune"] = {{"status", "searching"}, {"best_step", c.step}, {"trace", trace_}};
+  write_text_atomic((dir / "quantize_report.json").string(), report.dump(2) + "\n");
+  write_text_atomic((dir / "tuned_spec.yaml").string(), spec_yaml(tuned_tree(c.a)));
+}
+
+// One real quantize run of `a` with the spec's backend, into a step folder;
+// its spec tree is the tuned spec's, so the artifact embeds the same spec.
+Candidate Tuner::real_step(const Assignment& a) {
+  const auto t0 = Clock::now();
+  const std::string text = spec_yaml(tuned_tree(a));
+  Spec sp = parse_spec_text(text, (fs::path(dir_) / "tuned_spec.yaml").string());
+  const std::string step_dir = (fs::path(dir_) / ".tune" / std::to_string(++real_steps_)).string();
+  sp.quantize.results_dir = step_dir;  // the tree (embedded) keeps the real one
+  QuantizeOptions qo;
+  qo.verbose = opts_.verbose;
+  auto out = run_quantize(sp, qo);
+  if (!user_cache_ && !out.timing_cache_path.empty()) {
+    std::ifstream in(out.timing_cache_path, std::ios::binary);
+    write_text_atomic(cache_, std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  Candidate c{a, measured_run(*s_, out, measure_artifact(out.artifact_path)), "", 0, ++steps_};
+  c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
+  const double secs = seconds_since(t0);
+  slowest_real_s_ = std::max(slowest_real_s_, secs);
+  record("quantize", c, "", secs);
+  keep(c, out);
+  std::error_code ec;
+  fs::remove_all(step_dir, ec);
+  return c;
+}
+
+// The search's path: the cheapest assignment, then one move at a time
+// until no move is left. The moves depend only on the sensitivity table,
+// so the whole path is known before anything is measured on it.
+void Tuner::plan_path() {
+  path_ = {tune::cheapest(s_->sim().layers(), t_)};
+  changes_ = {""};
+  while (auto mv = tune::next_move(s_->sim().layers(), path_.back(), nsr_, t_)) {
+    Assignment a = path_.back();
+    apply_move(a, *mv);
+    path_.push_back(a);
+    changes_.push_back(describe(*mv));
+  }
+}
+
+// Whether path step i passes the gates in simulation (measured once).
+bool Tuner::simulated_pass(size_t i) {
+  auto it = sim_passed_.find(i);
+  if (it != sim_passed_.end()) return it->second;
+  const auto t0 = Clock::now();
+  Candidate c{path_[i], {}, "", 0, ++steps_};
+  c.x.m = s_->measure(c.a);
+  c.x.bits = tune::effective_bits(s_->sim().layers(), c.a);
+  for (const auto& l : s_->sim().layers()) c.x.float_layers += c.a.count(l.name) ? 0 : 1;
+  c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
+  record("simulate", c, "path step " + std::to_string(i) + (i ? ": " + changes_[i] : ""),
+         seconds_since(t0));
+  return sim_passed_[i] = c.failed.empty();
+}
+
+// The first step of the path that passes in simulation: doubling, then
+// bisection (a few forward passes instead of one per move). The last step
+// when none does (or half the time budget is gone).
+size_t Tuner::first_simulated_pass() {
+  const size_t last = path_.size() - 1;
+  if (simulated_pass(0)) return 0;
+  size_t lo = 0, hi = 1;
+  while (true) {
+    hi = std::min(hi, last);
+    if (simulated_pass(hi)) break;
+    if (hi == last || elapsed() > 0.5 * t_.time_budget_s) return last;
+    lo = hi;
+    hi *= 2;
+  }
+  while (hi - lo > 1 && elapsed() <= 0.5 * t_.time_budget_s) {
+    const size_t mid = lo + (hi - lo) / 2;
+    (simulated_pass(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+nlohmann::json settings_json(const tune::TuneSettings& t) {
+  auto formats = names_of(t.formats);
+  if (t.allow_float) formats.push_back("native");
+  nlohmann::json j{{"formats", formats},
+                   {"search", t.search},
+                   {"time_budget_s", t.time_budget_s},
+                   {"samples", t.samples},
+                   {"data", t.data.empty() ? "default" : t.data}};
+  const std::pair<const char*, const std::optional<double>*> gates[] = {
+      {"max_top1_drop", &t.max_top1_drop},
+      {"min_top1_agreement", &t.min_top1_agreement},
+      {"min_sqnr_db", &t.min_sqnr_db},
+      {"effective_bits", &t.effective_bits},
+      {"min_speedup", &t.min_speedup}};
+  for (const auto& [k, v] : gates)
+    if (*v) j[k] = **v;
+  return j;
+}
+
+TuneOutcome Tuner::run() {
+  s_ = std::make_unique<tune::Session>(spec_, t_.formats, t_.data, t_.samples, opts_.on_progress);
+  if (t_.max_top1_drop && !s_->sample().has_labels())
+    throw SpecError(spec_.loc("quantize.tune.max_top1_drop"),
+                    "quantize.tune.max_top1_drop needs labels, and " + s_->sample().description +
+                        " has none; use min_top1_agreement or min_sqnr_db, or set "
+                        "dataset.test_dataset with labels");
+  if (s_->sim().layers().empty())
+    throw UsageError("tune: no layer of this model can take any of the formats " +
+                     join(names_of(t_.formats)) + " with backend '" +
+                     s_->inspected().backend.info->name + "'");
+  std::error_code ec;
+  if (!user_cache_) fs::remove(cache_, ec);  // an earlier run's: this one measures afresh
+  fs::remove_all(fs::path(dir_) / ".tune", ec);
+  // The ranking needs fewer samples than the gates: 512 per probe.
+  sens_ = tune::measure_sensitivity(*s_, opts_.on_progress, 512, /*reverse=*/false);
+  nsr_ = tune::noise_table(sens_);
+  plan_path();
+  // Real runs from the first simulated pass, 1, 2, 4, ... steps further on
+  // the path while the measured gates fail.
+  const size_t last = path_.size() - 1;
+  for (size_t i = first_simulated_pass(), k = 1;; i = std::min(last, i + k), k *= 2) {
+    if (real_step(path_[i]).failed.empty() || i == last) break;
+    if (elapsed() + 2 * slowest_real_s_ > t_.time_budget_s) break;
+  }
+  return finish();
+}
+
+// The kept candidate, rebuilt from tuned_spec.yaml as a user would run it,
+// checked once more, with the search in its report.
+TuneOutcome Tuner::finish() {
+  TuneOutcome o;
+  const fs::path dir(dir_);
+  o.tuned_spec_path = (dir / "tuned_spec.yaml").string();
+  write_text_atomic(o.tuned_spec_path, spec_yaml(tuned_tree(best_->a)));
+  const auto t0 = Clock::now();
+  QuantizeOptions qo;
+  qo.verbose = opts_.verbose;
+  o.quantize = run_quantize(load_spec(o.tuned_spec_path), qo);
+  Candidate c = *best_;
+  c.x = measured_run(*s_, o.quantize, measure_artifact(o.quantize.artifact_path));
+  c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
+  c.step = ++steps_;
+  record("final", c, "tuned_spec.yaml", seconds_since(t0));
+  o.passed = c.failed.empty();
+  o.failed_gate = c.failed;
+  o.artifact_path = o.quantize.artifact_path;
+  o.report_path = o.quantize.report_path;
+  nlohmann::json result{{"formats", formats_json(c.a, s_->sim().layers())},
+                        {"effective_bits", c.x.bits},
+                        {"float_layers", c.x.float_layers},
+                        {"sqnr_db", std::isfinite(c.x.m.sqnr_db) ? nlohmann::json(c.x.m.sqnr_db)
+                                                                 : nlohmann::json(nullptr)},
+                        {"top1_agreement", c.x.m.top1_agreement}};
+  if (c.x.m.top1) result["top1"] = *c.x.m.top1;
+  if (s_->float_top1()) result["float_top1"] = *s_->float_top1();
+  if (c.x.speedup) result["speedup"] = *c.x.speedup;
+  o.report = o.quantize.report;
+  o.report["tune"] = {{"status", o.passed ? "passed" : "failed"},
+                      {"failed_gate", o.failed_gate},
+                      {"settings", settings_json(t_)},
+                      {"data", s_->sample().description},
+                      {"tuned_spec", o.tuned_spec_path},
+                      {"best_step", best_->step},
+                      {"result", result},
+                      {"simulated_forward_passes", s_->forwards()},
+                      {"quantize_runs", real_steps_ + 1},
+                      {"seconds", elapsed()},
+                      {"trace", trace_},
+                      {"sensitivity", sens_.to_json()}};
+  write_text_atomic(o.report_path, o.report.dump(2) + "\n");
+  std::error_code ec;
+  fs::remove_all(dir / ".tune", ec);
+  return o;
+}
+
+}  // namespace
+
+TuneOutcome run_tune(const Spec& spec, const TuneOptions& opts) {
+  return Tuner(spec, opts).run();
+}
+
+}  // namespace tq

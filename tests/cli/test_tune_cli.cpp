@@ -1,0 +1,193 @@
+// Sensitivity and tune through the tao-quant binary, on trained
+// Fashion-MNIST nets: the layer with an activation outlier ranks first;
+// tune meets max_top1_drop on the MobileNetV2- and EfficientNet-style nets
+// with fewer float layers (or bits) than the revert-worst-SQNR baseline;
+// tuned_spec.yaml reproduces the artifact byte for byte (weight-only and
+// static with its timing cache); effective_bits holds; a gate no candidate
+// meets exits 3 and still leaves the best one; bad tune specs exit 2.
+#include <catch2/catch.hpp>
+
+#include "../torch/plugin_test_util.h"
+
+using Catch::Matchers::Contains;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = TQ_MODELS_DIR;
+
+// A spec for a trained fmnist net: `quantize` lines (indented by two) and
+// the test data (2000 samples are read by tune, its default).
+std::string spec_for(const tqtest::TempDir& dir, const std::string& model,
+                     const std::string& quantize_lines) {
+  return dir.write("spec.yaml",
+                   "results_dir: " + (dir.path() / "out").string() +
+                       "\nquantize:\n  backend: libtorch\n  model_path: " + kModels + "/fmnist/" +
+                       model + "\n" + quantize_lines +
+                       "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
+                       "/fmnist/calib.npz\n    batch_size: 64\n    max_batches: 4\n"
+                       "  test_dataset:\n    data_file: " +
+                       kModels + "/fmnist/test.npz\n    batch_size: 500\n");
+}
+
+tqtest::CmdResult tao(const std::string& args) {
+  return tqtest::run_cmd(tqtest::cli() + " -q " + args);
+}
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const std::string kWeightOnlyTune =
+    "  mode: weight_only_ptq\n  default_layer_dtype: int8\n"
+    "  tune: {formats: [int4, int8, native], max_top1_drop: 0.5}\n";
+
+// tune's result for one model and search ("greedy" or "revert_worst").
+json tune_result(const std::string& model, const std::string& search) {
+  tqtest::TempDir dir("tune_" + search);
+  const auto spec = spec_for(dir, model, kWeightOnlyTune);
+  auto r = tao("tune -e " + tqtest::quote(spec) + " quantize.tune.search=" + search);
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const json rep = tqtest::read_json((dir.path() / "out" / "quantize_report.json").string());
+  REQUIRE(rep["tune"]["status"] == "passed");
+  return rep["tune"]["result"];
+}
+
+}  // namespace
+
+TEST_CASE("sensitivity: the layer whose input has an outlier channel ranks first", "[cli][tune]") {
+  tqtest::TempDir dir("sens");
+  const std::string lines = "  mode: static_ptq\n  default_layer_dtype: int8\n";
+  const auto outlier = spec_for(dir, "cnn_outlier.pt", lines);
+  auto r = tao("inspect -e " + tqtest::quote(outlier) + " --sensitivity --samples 500 --json");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const json s = json::parse(r.out.substr(r.out.find('{')));
+  REQUIRE(s["layers"].size() == 4);
+  CHECK(s["layers"][0]["name"] == "features.conv2");
+  CHECK(s["layers"][0]["reverse_rank"] == 1);
+  // It alone costs > 20 dB more than any other layer alone.
+  const double worst = s["layers"][0]["worst_sqnr_db"];
+  CHECK(worst + 20 < s["layers"][1]["worst_sqnr_db"].get<double>());
+  // The same layer of the original net (function-equal) is harmless.
+  r = tao("inspect -e " + tqtest::quote(outlier) + " --sensitivity --samples 500 --json " +
+          "quantize.model_path=" + kModels + "/fmnist/cnn.pt");
+  REQUIRE(r.rc == 0);
+  const json plain = json::parse(r.out.substr(r.out.find('{')));
+  for (const auto& l : plain["layers"])
+    if (l["name"] == "features.conv2") CHECK(l["worst_sqnr_db"].get<double>() > worst + 20);
+  // The console table ranks it first too.
+  r = tao("inspect -e " + tqtest::quote(outlier) + " --sensitivity --samples 200");
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("1     features.conv2"));
+}
+
+TEST_CASE("tune: fewer float layers or bits than reverting the worst-SQNR layers", "[cli][tune]") {
+  for (const std::string model : {"mbv2.pt", "effnet.pt"}) {
+    INFO(model);
+    const json greedy = tune_result(model, "greedy");
+    const json base = tune_result(model, "revert_worst");
+    const double drop = greedy["float_top1"].get<double>() - greedy["top1"].get<double>();
+    CHECK(drop <= 0.5);
+    const size_t gf = greedy["float_layers"], bf = base["float_layers"];
+    const double gb = greedy["effective_bits"], bb = base["effective_bits"];
+    CHECK((gf < bf || (gf == bf && gb < bb)));
+  }
+}
+
+TEST_CASE("tune: tuned_spec.yaml reproduces the artifact byte for byte", "[cli][tune]") {
+  struct Case {
+    const char* model;
+    std::string lines;
+  };
+  const Case cases[] = {{"mbv2.pt", kWeightOnlyTune},
+                        // Static int8 with the never-slower check: the tuned spec names the
+                        // timing cache tune wrote, so the rebuild measures nothing.
+                        {"cnn_outlier.pt",
+                         "  mode: static_ptq\n  default_layer_dtype: int8\n"
+                         "  tune: {formats: [int8, native], max_top1_drop: 0.5}\n"}};
+  for (const auto& c : cases) {
+    INFO(c.model);
+    tqtest::TempDir dir("tune_bytes");
+    const auto spec = spec_for(dir, c.model, c.lines);
+    auto r = tao("tune -e " + tqtest::quote(spec));
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    const fs::path out = dir.path() / "out";
+    const fs::path art = out / "quantized_model_libtorch.pth";
+    const std::string tuned = bytes_of(art);
+    REQUIRE(!tuned.empty());
+    CHECK(!fs::exists(out / ".tune"));
+    const json rep = tqtest::read_json((out / "quantize_report.json").string());
+    if (std::string(c.model) == "cnn_outlier.pt") {
+      // conv2 (the outlier's layer) is the one the search keeps float (the
+      // never-slower check may keep more: that depends on the machine).
+      const std::string yaml = bytes_of(out / "tuned_spec.yaml");
+      CHECK_THAT(yaml, Contains("\n    - \"features.conv2\"\n"));
+      CHECK_THAT(yaml, Contains("{module_name: \"classifier.fc1\", weights: {dtype: \"int8\""));
+      CHECK_THAT(yaml, Contains("timing_cache: "));
+      CHECK(rep["tune"]["result"]["formats"]["features.conv2"] == "native");
+    }
+    r = tao("quantize -e " + tqtest::quote((out / "tuned_spec.yaml").string()));
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    CHECK(bytes_of(art) == tuned);
+  }
+}
+
+TEST_CASE("tune: effective_bits holds exactly, and a gate no candidate meets exits 3",
+          "[cli][tune]") {
+  tqtest::TempDir dir("tune_bits");
+  const auto spec = spec_for(dir, "effnet.pt",
+                             "  mode: weight_only_ptq\n  default_layer_dtype: int8\n"
+                             "  tune: {formats: [int4, int8, native], min_top1_agreement: 97, "
+                             "effective_bits: 4.25}\n");
+  auto r = tao("tune -e " + tqtest::quote(spec));
+  INFO(r.out);
+  const fs::path out = dir.path() / "out";
+  const json rep = tqtest::read_json((out / "quantize_report.json").string());
+  const double bits = rep["tune"]["result"]["effective_bits"];
+  CHECK(bits <= 4.25);
+  for (const auto& step : rep["tune"]["trace"]) CHECK(step["effective_bits"].get<double>() <= 4.25);
+  CHECK(r.rc == (rep["tune"]["status"] == "passed" ? 0 : 3));
+
+  // 100 % top-1 agreement with int4 weights and no float layer: impossible.
+  r = tao("tune -e " + tqtest::quote(spec) +
+          " quantize.tune.formats=[int4] quantize.tune.min_top1_agreement=100 "
+          "quantize.tune.time_budget_s=60");
+  INFO(r.out);
+  CHECK(r.rc == 3);
+  CHECK_THAT(r.out, Contains("min_top1_agreement 100.00: measured"));
+  CHECK_THAT(r.out, Contains("not gate-passing"));
+  CHECK(fs::exists(out / "quantized_model_libtorch.pth"));
+  CHECK(fs::exists(out / "tuned_spec.yaml"));
+  CHECK(tqtest::read_json((out / "quantize_report.json").string())["tune"]["status"] == "failed");
+}
+
+TEST_CASE("tune: bad tune settings exit 2 with the key", "[cli][tune]") {
+  tqtest::TempDir dir("tune_bad");
+  const auto none = spec_for(dir, "mbv2.pt", "  mode: weight_only_ptq\n");
+  auto r = tao("tune -e " + tqtest::quote(none));
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("tao-quant tune needs quantize.tune"));
+  r = tao("tune -e " + tqtest::quote(none) + " quantize.tune.max_top1_drp=0.5");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("did you mean 'max_top1_drop'"));
+  r = tao("tune -e " + tqtest::quote(none) + " quantize.tune.formats=[int3]");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("int3"));
+  r = tao("tune -e " + tqtest::quote(none) + " quantize.tune.time_budget_s=60");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("no gate to tune for"));
+  r = tao("tune -e " + tqtest::quote(none) + " quantize.tune.data=validation");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("expected one of test, calibration"));
+  r = tao("inspect -e " + tqtest::quote(none) + " --sensitivity --formats int8,int9");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("did you mean 'int8'"));
+}
