@@ -73,6 +73,9 @@ const std::vector<Command>& commands();
 bool stdout_is_tty();
 bool stderr_is_tty();
 void add_spec_options(CLI::App& app, Options& o);
+// "what done/total" on one line of stderr: on a TTY, unless -q or --json.
+using ProgressFn = std::function<void(const std::string& what, size_t done, size_t total)>;
+ProgressFn tty_progress(const Options& o);
 // Writes the HTML report next to a JSON report unless --no-html; returns its
 // path ("" when off). A failure to write it is a warning, not an error.
 enum class HtmlKind { kQuantize, kEvaluate, kBatch };

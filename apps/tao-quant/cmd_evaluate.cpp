@@ -33,12 +33,7 @@ int run_evaluate(Options& o) {
   eo.checkpoint = o.checkpoint;
   eo.compare = o.compare;
   eo.verbose = o.verbosity > 0;
-  const bool tty = stderr_is_tty() && !o.quiet && !o.json;
-  if (tty)
-    eo.on_progress = [](const std::string& what, size_t done, size_t total) {
-      std::cerr << "\r" << what << " " << done << "/" << total << "   "
-                << (done == total ? "\n" : "") << std::flush;
-    };
+  eo.on_progress = tty_progress(o);
   auto out = tq::run_evaluate(spec, eo);
   const std::string html = write_html(o, HtmlKind::kEvaluate, out.report, out.report_path);
   if (o.json)

@@ -34,6 +34,22 @@ void add_spec_options(CLI::App& app, Options& o) {
       ->type_name("KEY=VALUE");
 }
 
+ProgressFn tty_progress(const Options& o) {
+  if (!stderr_is_tty() || o.quiet || o.json) return {};
+  return [](const std::string& what, size_t done, size_t total) {
+    std::cerr << "\r" << what << " " << done << "/" << total << "   " << (done == total ? "\n" : "")
+              << std::flush;
+  };
+}
+
+// The setup of a command that reads a spec and can print JSON.
+std::function<void(CLI::App&, Options&)> spec_and_json(const char* json_help) {
+  return [json_help](CLI::App& app, Options& o) {
+    add_spec_options(app, o);
+    app.add_flag("--json", o.json, json_help);
+  };
+}
+
 std::string write_html(const Options& o, HtmlKind kind, const nlohmann::json& report,
                        const std::string& json_path) {
   if (o.no_html || json_path.empty()) return "";
@@ -112,15 +128,6 @@ int run_quantize(Options& o) {
     std::cout << tq::format_quantize_summary(out)
               << (html.empty() ? "" : "html:     " + html + "\n") << notes;
   return 0;
-}
-
-// "what done/total" on one line of stderr, on a TTY only.
-std::function<void(const std::string&, size_t, size_t)> tty_progress(const Options& o) {
-  if (!stderr_is_tty() || o.quiet || o.json) return {};
-  return [](const std::string& what, size_t done, size_t total) {
-    std::cerr << "\r" << what << " " << done << "/" << total << "   " << (done == total ? "\n" : "")
-              << std::flush;
-  };
 }
 
 // `tune`: the search's steps, then the final artifact's summary; exit 3
@@ -323,19 +330,11 @@ const std::vector<Command>& commands() {
        "Search per-layer formats (quantize.tune) until the accuracy, size and latency gates "
        "hold; write the best artifact, its report and tuned_spec.yaml (exit 3 when no "
        "candidate passes)",
-       [](CLI::App& app, Options& o) {
-         add_spec_options(app, o);
-         app.add_flag("--json", o.json, "Print the report as JSON");
-       },
-       run_tune},
+       spec_and_json("Print the report as JSON"), run_tune},
       {"profile",
        "Time the spec's model and each layer (float, static and dynamic int8) on this machine; "
        "write a timing cache for quantize.timing_cache",
-       [](CLI::App& app, Options& o) {
-         add_spec_options(app, o);
-         app.add_flag("--json", o.json, "Print the timing cache as JSON");
-       },
-       run_profile},
+       spec_and_json("Print the timing cache as JSON"), run_profile},
       {"evaluate",
        "Evaluate a float or quantized model on the test data: accuracy, fidelity vs float, "
        "latency, quality "

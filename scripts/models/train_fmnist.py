@@ -215,52 +215,6 @@ class FmnistMLP(nn.Module):
         return self.fc3(self.relu2(self.fc2(x)))
 
 
-class InvertedResidual(nn.Module):
-    """MobileNetV2's block: 1x1 expand -> BN -> ReLU6 -> depthwise 3x3 -> BN ->
-    ReLU6 -> 1x1 project -> BN, plus the input when the shape allows."""
-    __constants__ = ["use_res"]  # a constant, so the residual branch folds in TorchScript
-
-    def __init__(self, cin, cout, stride, expand):
-        super().__init__()
-        hidden = cin * expand
-        self.use_res = stride == 1 and cin == cout
-        layers = []
-        if expand != 1:
-            layers += [("expand", nn.Conv2d(cin, hidden, 1, bias=False)),
-                       ("bn1", nn.BatchNorm2d(hidden)), ("relu1", nn.ReLU6())]
-        layers += [("dw", nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False)),
-                   ("bn2", nn.BatchNorm2d(hidden)), ("relu2", nn.ReLU6()),
-                   ("project", nn.Conv2d(hidden, cout, 1, bias=False)),
-                   ("bn3", nn.BatchNorm2d(cout))]
-        self.conv = nn.Sequential(OrderedDict(layers))
-
-    def forward(self, x):
-        if self.use_res:
-            return x + self.conv(x)
-        return self.conv(x)
-
-
-class FmnistMobileNetV2(nn.Module):
-    """A MobileNetV2-style net for 28x28: inverted residuals, depthwise 3x3, ReLU6."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Sequential(OrderedDict([
-            ("conv", nn.Conv2d(1, 16, 3, stride=2, padding=1, bias=False)),  # 28 -> 14
-            ("bn", nn.BatchNorm2d(16)), ("relu", nn.ReLU6())]))
-        cfg = [(16, 16, 1, 1), (16, 24, 2, 4), (24, 24, 1, 4), (24, 32, 1, 4), (32, 32, 1, 4),
-               (32, 64, 1, 4)]  # 14x14, then 7x7
-        self.blocks = nn.Sequential(*[InvertedResidual(*c) for c in cfg])
-        self.head = nn.Sequential(OrderedDict([
-            ("conv", nn.Conv2d(64, 128, 1, bias=False)),
-            ("bn", nn.BatchNorm2d(128)), ("relu", nn.ReLU6()),
-            ("pool", nn.AdaptiveAvgPool2d(1)), ("flatten", nn.Flatten())]))
-        self.fc = nn.Linear(128, 10)
-
-    def forward(self, x):
-        return self.fc(self.head(self.blocks(self.stem(x))))
-
-
 class SqueezeExcite(nn.Module):
     """EfficientNet's squeeze-and-excitation: channel gates from the pooled input."""
 
@@ -276,23 +230,26 @@ class SqueezeExcite(nn.Module):
         return x * self.gate(self.expand(self.act(self.reduce(self.pool(x)))))
 
 
-class MBConv(nn.Module):
-    """EfficientNet's block: 1x1 expand -> BN -> SiLU -> depthwise 3x3 -> BN ->
-    SiLU -> squeeze-excite -> 1x1 project -> BN, plus the input when the shape allows."""
-    __constants__ = ["use_res"]
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expand -> BN -> ReLU6 -> depthwise 3x3 -> BN ->
+    ReLU6 -> 1x1 project -> BN, plus the input when the shape allows. With
+    `act=nn.SiLU, act_name="act", se=True` it is EfficientNet's MBConv
+    (squeeze-excite after the depthwise conv)."""
+    __constants__ = ["use_res"]  # a constant, so the residual branch folds in TorchScript
 
-    def __init__(self, cin, cout, stride, expand):
+    def __init__(self, cin, cout, stride, expand, act=nn.ReLU6, act_name="relu", se=False):
         super().__init__()
         hidden = cin * expand
         self.use_res = stride == 1 and cin == cout
         layers = []
         if expand != 1:
             layers += [("expand", nn.Conv2d(cin, hidden, 1, bias=False)),
-                       ("bn1", nn.BatchNorm2d(hidden)), ("act1", nn.SiLU())]
+                       ("bn1", nn.BatchNorm2d(hidden)), (act_name + "1", act())]
         layers += [("dw", nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False)),
-                   ("bn2", nn.BatchNorm2d(hidden)), ("act2", nn.SiLU()),
-                   ("se", SqueezeExcite(hidden, max(4, cin // 4))),
-                   ("project", nn.Conv2d(hidden, cout, 1, bias=False)),
+                   ("bn2", nn.BatchNorm2d(hidden)), (act_name + "2", act())]
+        if se:
+            layers.append(("se", SqueezeExcite(hidden, max(4, cin // 4))))
+        layers += [("project", nn.Conv2d(hidden, cout, 1, bias=False)),
                    ("bn3", nn.BatchNorm2d(cout))]
         self.conv = nn.Sequential(OrderedDict(layers))
 
@@ -302,24 +259,49 @@ class MBConv(nn.Module):
         return self.conv(x)
 
 
-class FmnistEfficientNet(nn.Module):
-    """An EfficientNet-style net for 28x28: MBConv blocks with SiLU and squeeze-excite."""
+class MBConv(InvertedResidual):
+    """EfficientNet's block: 1x1 expand -> BN -> SiLU -> depthwise 3x3 -> BN ->
+    SiLU -> squeeze-excite -> 1x1 project -> BN, plus the input when the shape allows."""
 
-    def __init__(self):
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__(cin, cout, stride, expand, nn.SiLU, "act", se=True)
+
+
+class InvertedNet(nn.Module):
+    """Stem (3x3 stride 2) -> `block`s as `cfg` (cin, cout, stride, expand)
+    says -> head (1x1 to 128, pool) -> fc, for 28x28 inputs."""
+
+    def __init__(self, block, cfg, act, act_name):
         super().__init__()
         self.stem = nn.Sequential(OrderedDict([
             ("conv", nn.Conv2d(1, 16, 3, stride=2, padding=1, bias=False)),  # 28 -> 14
-            ("bn", nn.BatchNorm2d(16)), ("act", nn.SiLU())]))
-        cfg = [(16, 16, 1, 1), (16, 24, 2, 4), (24, 24, 1, 4), (24, 40, 1, 4), (40, 40, 1, 4)]
-        self.blocks = nn.Sequential(*[MBConv(*c) for c in cfg])
+            ("bn", nn.BatchNorm2d(16)), (act_name, act())]))
+        self.blocks = nn.Sequential(*[block(*c) for c in cfg])
         self.head = nn.Sequential(OrderedDict([
-            ("conv", nn.Conv2d(40, 128, 1, bias=False)),
-            ("bn", nn.BatchNorm2d(128)), ("act", nn.SiLU()),
+            ("conv", nn.Conv2d(cfg[-1][1], 128, 1, bias=False)),
+            ("bn", nn.BatchNorm2d(128)), (act_name, act()),
             ("pool", nn.AdaptiveAvgPool2d(1)), ("flatten", nn.Flatten())]))
         self.fc = nn.Linear(128, 10)
 
     def forward(self, x):
         return self.fc(self.head(self.blocks(self.stem(x))))
+
+
+class FmnistMobileNetV2(InvertedNet):
+    """A MobileNetV2-style net for 28x28: inverted residuals, depthwise 3x3, ReLU6."""
+
+    def __init__(self):
+        super().__init__(InvertedResidual, [(16, 16, 1, 1), (16, 24, 2, 4), (24, 24, 1, 4),
+                                            (24, 32, 1, 4), (32, 32, 1, 4), (32, 64, 1, 4)],
+                         nn.ReLU6, "relu")  # 14x14, then 7x7
+
+
+class FmnistEfficientNet(InvertedNet):
+    """An EfficientNet-style net for 28x28: MBConv blocks with SiLU and squeeze-excite."""
+
+    def __init__(self):
+        super().__init__(MBConv, [(16, 16, 1, 1), (16, 24, 2, 4), (24, 24, 1, 4), (24, 40, 1, 4),
+                                  (40, 40, 1, 4)], nn.SiLU, "act")
 
 
 # arch -> (constructor, default epochs, learning rate)

@@ -172,22 +172,18 @@ TEST_CASE("tune: effective_bits holds exactly, and a gate no candidate meets exi
 TEST_CASE("tune: bad tune settings exit 2 with the key", "[cli][tune]") {
   tqtest::TempDir dir("tune_bad");
   const auto none = spec_for(dir, "mbv2.pt", "  mode: weight_only_ptq\n");
-  auto r = tao("tune -e " + tqtest::quote(none));
-  CHECK(r.rc == 2);
-  CHECK_THAT(r.out, Contains("tao-quant tune needs quantize.tune"));
-  r = tao("tune -e " + tqtest::quote(none) + " quantize.tune.max_top1_drp=0.5");
-  CHECK(r.rc == 2);
-  CHECK_THAT(r.out, Contains("did you mean 'max_top1_drop'"));
-  r = tao("tune -e " + tqtest::quote(none) + " quantize.tune.formats=[int3]");
-  CHECK(r.rc == 2);
-  CHECK_THAT(r.out, Contains("int3"));
-  r = tao("tune -e " + tqtest::quote(none) + " quantize.tune.time_budget_s=60");
-  CHECK(r.rc == 2);
-  CHECK_THAT(r.out, Contains("no gate to tune for"));
-  r = tao("tune -e " + tqtest::quote(none) + " quantize.tune.data=validation");
-  CHECK(r.rc == 2);
-  CHECK_THAT(r.out, Contains("expected one of test, calibration"));
-  r = tao("inspect -e " + tqtest::quote(none) + " --sensitivity --formats int8,int9");
-  CHECK(r.rc == 2);
-  CHECK_THAT(r.out, Contains("did you mean 'int8'"));
+  // (command, arguments after the spec, what the message says)
+  const std::tuple<const char*, const char*, const char*> cases[] = {
+      {"tune", "", "tao-quant tune needs quantize.tune"},
+      {"tune", " quantize.tune.max_top1_drp=0.5", "did you mean 'max_top1_drop'"},
+      {"tune", " quantize.tune.formats=[int3]", "int3"},
+      {"tune", " quantize.tune.time_budget_s=60", "no gate to tune for"},
+      {"tune", " quantize.tune.data=validation", "expected one of test, calibration"},
+      {"inspect", " --sensitivity --formats int8,int9", "did you mean 'int8'"}};
+  for (const auto& [cmd, args, says] : cases) {
+    INFO(cmd << args);
+    auto r = tao(std::string(cmd) + " -e " + tqtest::quote(none) + args);
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.out, Contains(says));
+  }
 }

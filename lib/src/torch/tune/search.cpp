@@ -95,9 +95,8 @@ std::string failed_gate(const TuneSettings& t, const Measured& x, std::optional<
   return first;
 }
 
-bool better(const TuneSettings& t, const Measured& a, const std::string& a_failed, double a_short,
-            const Measured& b, const std::string& b_failed, double b_short) {
-  (void)t;
+bool better(const Measured& a, const std::string& a_failed, double a_short, const Measured& b,
+            const std::string& b_failed, double b_short) {
   if (a_failed.empty() != b_failed.empty()) return a_failed.empty();
   if (!a_failed.empty() && a_short != b_short) return a_short < b_short;
   if (a.float_layers != b.float_layers) return a.float_layers < b.float_layers;

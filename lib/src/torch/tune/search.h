@@ -39,8 +39,8 @@ std::string failed_gate(const TuneSettings& t, const Measured& x, std::optional<
                         double* shortfall = nullptr);
 
 // Whether candidate a is better than b (both measured).
-bool better(const TuneSettings& t, const Measured& a, const std::string& a_failed, double a_short,
-            const Measured& b, const std::string& b_failed, double b_short);
+bool better(const Measured& a, const std::string& a_failed, double a_short, const Measured& b,
+            const std::string& b_failed, double b_short);
 
 // One change of format.
 struct Move {

@@ -46,6 +46,7 @@ class Session {
   const InspectOutcome& inspected() const { return inspect_; }
   const Plan& plan() const { return inspect_.plan; }
   Simulator& sim() { return *sim_; }
+  const Simulator& sim() const { return *sim_; }
   const EvalSample& sample() const { return sample_; }
   const std::vector<DType>& formats() const { return formats_; }
   std::optional<double> float_top1() const { return float_top1_; }

@@ -184,13 +184,6 @@ Simulator::Simulator(const Plan& plan, const torch::jit::Module& float_model,
 
 Simulator::~Simulator() = default;
 
-Assignment Simulator::planned() const {
-  Assignment a;
-  for (const auto& l : layers_)
-    if (l.planned != DType::kNative) a[l.name] = l.planned;
-  return a;
-}
-
 void Simulator::assign(const Assignment& a) {
   auto& I = *impl_;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -217,12 +210,6 @@ at::Tensor Simulator::run(const std::vector<at::Tensor>& inputs) {
   c10::IValue out = I.model.forward(in);
   if (out.isTuple()) out = out.toTupleRef().elements().at(0);
   return out.toTensor();
-}
-
-double Simulator::weight_sqnr_db(const std::string& layer, DType format) {
-  for (size_t i = 0; i < layers_.size(); ++i)
-    if (layers_[i].name == layer) return impl_->rounded_weight(i, format).sqnr_db;
-  return 0;
 }
 
 int format_bits(DType d) {

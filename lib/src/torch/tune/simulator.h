@@ -47,14 +47,10 @@ class Simulator {
   Simulator& operator=(const Simulator&) = delete;
 
   const std::vector<SimLayer>& layers() const { return layers_; }
-  // The plan's own formats (quantized layers only).
-  Assignment planned() const;
   // Applies an assignment (every other layer float).
   void assign(const Assignment& a);
   // The model's output (logits) on `inputs` under the current assignment.
   at::Tensor run(const std::vector<at::Tensor>& inputs);
-  // The weight SQNR of a layer in a format (dB).
-  double weight_sqnr_db(const std::string& layer, DType format);
 
   struct Impl;
 

@@ -79,8 +79,8 @@ Measured measured_run(const tune::Session& s, const QuantizeOutcome& out, const 
     for (const auto& lp : out.plan.layers)
       if (lp.info.name == r.name && lp.weights.quantized()) real[r.name] = lp.weights.dtype;
   }
-  x.bits = tune::effective_bits(const_cast<tune::Session&>(s).sim().layers(), real);
-  for (const auto& l : const_cast<tune::Session&>(s).sim().layers())
+  x.bits = tune::effective_bits(s.sim().layers(), real);
+  for (const auto& l : s.sim().layers())
     if (!real.count(l.name)) ++x.float_layers;
   const auto lat = out.report.value("backend", nlohmann::json::object())
                        .value("meta", nlohmann::json::object())
@@ -102,6 +102,13 @@ void apply_move(Assignment& a, const tune::Move& m) {
 
 std::string describe(const tune::Move& m) {
   return m.layer + " " + std::string(to_string(m.from)) + " -> " + std::string(to_string(m.to));
+}
+
+// Copies a file through a temporary file and a rename (write_text_atomic).
+void copy_atomic(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) throw RuntimeError("tune: cannot read '" + from + "'");
+  write_text_atomic(to, std::string(std::istreambuf_iterator<char>(in), {}));
 }
 
 struct Candidate {
@@ -259,14 +266,12 @@ void Tuner::record(const char* kind, const Candidate& c, const std::string& chan
 // A better real candidate replaces the kept one: artifact, report and
 // tuned_spec.yaml in the results dir, each written whole and renamed.
 void Tuner::keep(const Candidate& c, const QuantizeOutcome& out) {
-  if (best_ &&
-      !tune::better(t_, c.x, c.failed, c.shortfall, best_->x, best_->failed, best_->shortfall))
+  if (best_ && !tune::better(c.x, c.failed, c.shortfall, best_->x, best_->failed, best_->shortfall))
     return;
   best_ = c;
   const fs::path dir(dir_);
   const std::string art = (dir / artifact_name(out.requested_backend)).string();
-  std::ifstream in(out.artifact_path, std::ios::binary);
-  write_text_atomic(art, std::string(std::istreambuf_iterator<char>(in), {}));
+  copy_atomic(out.artifact_path, art);
   nlohmann::json report = out.report;
   report["artifact"]["path"] = art;
   report["tune"] = {{"status", "searching"}, {"best_step", c.step}, {"trace", trace_}};
@@ -285,10 +290,7 @@ Candidate Tuner::real_step(const Assignment& a) {
   QuantizeOptions qo;
   qo.verbose = opts_.verbose;
   auto out = run_quantize(sp, qo);
-  if (!user_cache_ && !out.timing_cache_path.empty()) {
-    std::ifstream in(out.timing_cache_path, std::ios::binary);
-    write_text_atomic(cache_, std::string(std::istreambuf_iterator<char>(in), {}));
-  }
+  if (!user_cache_ && !out.timing_cache_path.empty()) copy_atomic(out.timing_cache_path, cache_);
   Candidate c{a, measured_run(*s_, out, measure_artifact(out.artifact_path)), "", 0, ++steps_};
   c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
   const double secs = seconds_since(t0);
