@@ -16,6 +16,7 @@
 #include "taoquant/pipeline.h"
 #include "taoquant/report.h"
 #include "taoquant/spec.h"
+#include "taoquant/steps.h"
 #include "taoquant/tune.h"
 
 namespace tqcli {
@@ -135,6 +136,9 @@ int run_quantize(Options& o) {
 int run_tune(Options& o) {
   auto spec = load_quantize_spec(o);
   tq::TuneOptions to;
+  to.started = std::chrono::steady_clock::now() -
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(tq::process_seconds()));
   to.verbose = o.verbosity > 0;
   to.on_progress = tty_progress(o);
   if (!o.quiet && !o.json) to.on_step = [](const std::string& l) { std::cout << l << std::endl; };

@@ -87,6 +87,38 @@ TEST_CASE("sensitivity: the layer whose input has an outlier channel ranks first
   CHECK_THAT(r.out, Contains("1     features.conv2"));
 }
 
+TEST_CASE("sensitivity in the quantize report: JSON and HTML, the outlier layer first",
+          "[cli][tune]") {
+  tqtest::TempDir dir("sens_report");
+  const auto spec = spec_for(dir, "cnn_outlier.pt",
+                             "  mode: static_ptq\n  default_layer_dtype: int8\n"
+                             "  backend_kwargs: {latency_check: false}\n"
+                             "  sensitivity: {samples: 300}\n");
+  auto r = tao("quantize -e " + tqtest::quote(spec));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const fs::path out = dir.path() / "out";
+  const json rep = tqtest::read_json((out / "quantize_report.json").string());
+  const json& s = rep["sensitivity"];
+  CHECK(s["samples"] == 300);
+  CHECK(s["formats"] == json::array({"int8"}));
+  REQUIRE(s["layers"].size() == 4);
+  CHECK(s["layers"][0]["name"] == "features.conv2");
+  CHECK(s["layers"][0]["rank"] == 1);
+  CHECK(s["layers"][0]["worst_sqnr_db"].get<double>() + 20 <
+        s["layers"][1]["worst_sqnr_db"].get<double>());
+  CHECK(rep["timings"]["sensitivity_s"].get<double>() > 0);
+  const std::string html = bytes_of(out / "quantize_report.html");
+  CHECK_THAT(html, Contains("id=\"sensitivity-table\""));
+  // Row 1 of the table is the outlier layer.
+  CHECK_THAT(html, Contains("<td class=\"n\" data-k=\"1\">1</td><td class=\"name\">features.conv2</td>"));
+  // Without the key, no table (and no extra time).
+  r = tao("quantize -e " + tqtest::quote(spec) + " quantize.sensitivity=false");
+  REQUIRE(r.rc == 0);
+  CHECK(!tqtest::read_json((out / "quantize_report.json").string()).contains("sensitivity"));
+  CHECK(bytes_of(out / "quantize_report.html").find("sensitivity-table") == std::string::npos);
+}
+
 TEST_CASE("tune: fewer float layers or bits than reverting the worst-SQNR layers", "[cli][tune]") {
   for (const std::string model : {"mbv2.pt", "effnet.pt"}) {
     INFO(model);
@@ -179,7 +211,11 @@ TEST_CASE("tune: bad tune settings exit 2 with the key", "[cli][tune]") {
       {"tune", " quantize.tune.formats=[int3]", "int3"},
       {"tune", " quantize.tune.time_budget_s=60", "no gate to tune for"},
       {"tune", " quantize.tune.data=validation", "expected one of test, calibration"},
-      {"inspect", " --sensitivity --formats int8,int9", "did you mean 'int8'"}};
+      {"inspect", " --sensitivity --formats int8,int9", "did you mean 'int8'"},
+      {"quantize", " 'quantize.sensitivity={sample: 10}'", "did you mean 'samples'"},
+      {"quantize", " 'quantize.sensitivity={formats: [in8]}'", "did you mean 'int8'"},
+      {"quantize", " quantize.sensitivity=maybe", "quantize.sensitivity: expected true or false"},
+      {"quantize", " 'quantize.sensitivity={data: val}'", "expected one of test, calibration"}};
   for (const auto& [cmd, args, says] : cases) {
     INFO(cmd << args);
     auto r = tao(std::string(cmd) + " -e " + tqtest::quote(none) + args);

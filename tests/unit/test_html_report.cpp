@@ -180,6 +180,109 @@ TEST_CASE("html quantize report: self-contained, escaped, every layer and chart"
   CHECK(tqtest::count(html, "http") == 0);
 }
 
+namespace {
+
+// A tune report's sections, as tune writes them (two layers, int4 and int8).
+json with_tune(json r) {
+  auto entry = [](double db4, double db8) {
+    return json{{"int4", {{"sqnr_db", db4}, {"top1_agreement", 97.5}}},
+                {"int8", {{"sqnr_db", db8}, {"top1_agreement", 100.0}}}};
+  };
+  const json sens{{"formats", {"int4", "int8"}},
+                  {"data", "dataset.test_dataset npz test.npz, first 2000 samples"},
+                  {"samples", 256},
+                  {"forward_passes", 5},
+                  {"float_top1", 90.0},
+                  {"all_quantized", {{"sqnr_db", 20.5}, {"top1_agreement", 96.0}, {"top1", 88.5}}},
+                  {"layers",
+                   {{{"name", "features.conv2"},
+                     {"kind", "Conv2d"},
+                     {"weight_params", 4608},
+                     {"rank", 1},
+                     {"worst_sqnr_db", 12.25},
+                     {"alone", entry(12.25, 40.0)},
+                     {"reverse_rank", nullptr}},
+                    {{"name", "features.conv1"},
+                     {"kind", "Conv2d"},
+                     {"weight_params", 72},
+                     {"rank", 2},
+                     {"worst_sqnr_db", 30.0},
+                     {"alone", entry(30.0, 55.5)},
+                     {"reverse_rank", nullptr}}}}};
+  r["tune"] = {{"status", "failed"},
+               {"failed_gate", "max_top1_drop 0.50: measured 0.80 pt"},
+               {"settings", {{"search", "greedy"}}},
+               {"data", "test data"},
+               {"tuned_spec", "runs/x/tuned_spec.yaml"},
+               {"quantize_runs", 2},
+               {"simulated_forward_passes", 9},
+               {"seconds", 6.25},
+               {"result",
+                {{"float_layers", 1},
+                 {"effective_bits", 5.5},
+                 {"sqnr_db", 25.0},
+                 {"top1_agreement", 98.0},
+                 {"top1", 89.2},
+                 {"float_top1", 90.0}}},
+               {"trace",
+                {{{"step", 1},
+                  {"kind", "simulate"},
+                  {"change", "path step 0"},
+                  {"sqnr_db", 20.5},
+                  {"top1_agreement", 96.0},
+                  {"effective_bits", 4.0},
+                  {"float_layers", 0},
+                  {"gates", "max_top1_drop 0.50: measured 1.50 pt"},
+                  {"seconds", 0.3}},
+                 {{"step", 2},
+                  {"kind", "quantize"},
+                  {"sqnr_db", 25.0},
+                  {"top1_agreement", 98.0},
+                  {"effective_bits", 5.5},
+                  {"float_layers", 1},
+                  {"gates", "pass"},
+                  {"seconds", 0.9}}}},
+               {"sensitivity", sens}};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("html quantize view: the sensitivity table and the tune trace", "[html]") {
+  const json v = tq::html_view_model(tq::HtmlReport::kQuantize, with_tune(quantize_report()));
+  const json& s = v["sensitivity"];
+  REQUIRE(s["has"] == true);
+  CHECK(s["has_reverse"] == false);
+  REQUIRE(s["rows"].size() == 2);
+  CHECK(s["rows"][0]["name"] == "features.conv2");
+  CHECK(s["rows"][0]["cells"].size() == 4);  // SQNR and agreement per format
+  CHECK(s["rows"][0]["cells"][0]["text"] == "12.25");
+  CHECK(s["rows"][0]["cells"][2]["text"] == "40.00");
+  CHECK(s["all_quantized"] == "20.50 dB, top-1 agreement 96.00 %, top-1 88.50 % (float 90.00 %)");
+  REQUIRE(s["chart"]["rows"].size() == 2);
+  CHECK(s["chart"]["rows"][0]["w"].get<double>() < s["chart"]["rows"][1]["w"].get<double>());
+  const json& t = v["tune"];
+  REQUIRE(t["has"] == true);
+  CHECK(t["result"][0]["v"] == "failed: max_top1_drop 0.50: measured 0.80 pt");
+  CHECK(t["result"][5]["v"] == "89.20 % (float 90.00 %)");
+  REQUIRE(t["trace"].size() == 2);
+  CHECK(t["trace"][0]["pass"] == false);
+  CHECK(t["trace"][1]["top1"] == "-");
+
+  const std::string html =
+      tq::render_html_report(tq::HtmlReport::kQuantize, with_tune(quantize_report()));
+  CHECK_THAT(html, Contains("<th class=\"n\">int4 alone: SQNR dB</th>"));
+  CHECK_THAT(html,
+             Contains("<td class=\"n\" data-k=\"1\">1</td><td class=\"name\">features.conv2</td>"));
+  CHECK_THAT(html, Contains("id=\"trace-table\""));
+  CHECK(tqtest::count(html, "<svg") == 4);  // + the sensitivity bars
+  CHECK(tqtest::count(html, "{{") == 0);
+  // A plain quantize report has neither section.
+  const std::string plain = tq::render_html_report(tq::HtmlReport::kQuantize, quantize_report());
+  CHECK(plain.find("sensitivity-table") == std::string::npos);
+  CHECK(plain.find("trace-table") == std::string::npos);
+}
+
 TEST_CASE("html evaluate and batch views", "[html]") {
   const json e = tq::html_view_model(tq::HtmlReport::kEvaluate, evaluate_report());
   CHECK(e["roles"] == json({"float", "quantized"}));

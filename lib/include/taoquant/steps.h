@@ -16,6 +16,11 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Seconds since this process started (Linux: /proc/self/stat against the
+// boot clock, 10 ms resolution; 0 where that cannot be read). What a user's
+// wall clock counts for a command, library loading included.
+double process_seconds();
+
 class StepTimer {
  public:
   explicit StepTimer(std::string scope);

@@ -7,6 +7,7 @@
 // keeps the best artifact found so far on disk.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -64,12 +65,18 @@ struct SensitivityReport {
 };
 
 SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& opts = {});
+// quantize.sensitivity (true, or {formats, samples, data}): what `quantize`
+// measures for its report; nullopt when unset or false.
+std::optional<SensitivityOptions> sensitivity_request(const Spec& spec);
 std::string format_sensitivity_table(const SensitivityReport& r);
 
 // ---- Tune ------------------------------------------------------------------
 
 struct TuneOptions {
   bool verbose = false;
+  // When the time budget began (the CLI: its process start, so that the
+  // budget holds for the command's wall clock); default: run_tune's call.
+  std::optional<std::chrono::steady_clock::time_point> started;
   TuneProgress on_progress;
   std::function<void(const std::string& line)> on_step;  // one line per search step
 };

@@ -178,6 +178,8 @@ json quantize(const json& r) {
   }
   json hist = histograms(layers);
   json notes = get(r, "notes").is_array() ? r["notes"] : json::array();
+  const json& sens = get(r, "sensitivity").is_object() ? r["sensitivity"]
+                                                        : get(get(r, "tune"), "sensitivity");
   return {{"heading", "Quantize report"},
           {"title", "tao-quant quantize: " + str(get(r, "model"), "path")},
           {"summary", summary(r)},
@@ -191,7 +193,9 @@ json quantize(const json& r) {
           {"num_layers", layers.size()},
           {"sqnr_chart", sqnr_chart(layers)},
           {"histograms", hist},
-          {"has_histograms", !hist.empty()}};
+          {"has_histograms", !hist.empty()},
+          {"sensitivity", sensitivity(sens)},
+          {"tune", tune(get(r, "tune"))}};
 }
 
 }  // namespace tq::html_view

@@ -11,6 +11,10 @@ namespace tq::html_view {
 nlohmann::json quantize(const nlohmann::json& report);
 nlohmann::json evaluate(const nlohmann::json& report);
 nlohmann::json batch(const nlohmann::json& summary);
+// Parts of the quantize view: a sensitivity table ({"has": false} when
+// absent) and tune's result and trace.
+nlohmann::json sensitivity(const nlohmann::json& sensitivity);
+nlohmann::json tune(const nlohmann::json& tune);
 
 // Formatting: "3.1 MiB", "12.34", "-" for null/absent.
 std::string bytes(const nlohmann::json& v);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <functional>
 
 #include <spdlog/spdlog.h>
 
@@ -334,16 +335,51 @@ void read_algorithms(const Section& s, QuantizeSpec& q) {
   }
 }
 
+// A reader of one word out of `allowed` (with a "did you mean").
+std::function<std::string(const Node&, const std::string&)> one_of(
+    std::vector<std::string> allowed) {
+  return [allowed](const Node& n, const std::string& path) {
+    std::string w = to_nonempty(n, path);
+    if (!contains(allowed, w))
+      throw SpecError(n.loc, path + ": " + quote_value(w) + " is not allowed" +
+                                 suggest(w, allowed) + "; expected one of " + join_names(allowed));
+    return w;
+  };
+}
+
+// The candidate formats of quantize.tune and quantize.sensitivity.
+void check_formats(const Section& s) {
+  std::vector<DType> formats;
+  s.read("formats", formats, list_of<DType>(to_enum(dtype_table()), "a list of dtypes"));
+  if (s.get("formats") && formats.empty())
+    type_error(*s.get("formats"), s.at("formats"), "at least one dtype");
+}
+
+// quantize.sensitivity: true, or {formats, samples, data}; checked here,
+// read by the pipeline from the resolved tree (sensitivity_request).
+void check_sensitivity(const Section& s) {
+  const Node* n = s.get("sensitivity");
+  if (!n) return;
+  if (n->is_scalar()) {
+    to_bool(*n, s.at("sensitivity"));
+    return;
+  }
+  Section sub(*n, s.at("sensitivity"));
+  sub.only({"formats", "samples", "data"});
+  check_formats(sub);
+  int samples = 0;
+  sub.read("samples", samples, int_at_least(1));
+  std::string word;
+  sub.read("data", word, one_of({"test", "calibration"}));
+}
+
 // quantize.tune: checked here (keys, types, ranges), read by `tao-quant
 // tune` from the resolved tree (lib/src/torch/tune/tune.cpp); `quantize`
 // ignores it.
 void check_tune(const Section& s) {
   s.only({"formats", "max_top1_drop", "min_top1_agreement", "min_sqnr_db", "effective_bits",
           "min_speedup", "time_budget_s", "data", "samples", "search"});
-  std::vector<DType> formats;
-  s.read("formats", formats, list_of<DType>(to_enum(dtype_table()), "a list of dtypes"));
-  if (s.get("formats") && formats.empty())
-    type_error(*s.get("formats"), s.at("formats"), "at least one dtype");
+  check_formats(s);
   double v = 0;
   s.read("max_top1_drop", v, number_in(0, 100));
   s.read("min_top1_agreement", v, number_in(0, 100));
@@ -354,16 +390,6 @@ void check_tune(const Section& s) {
   int samples = 0;
   s.read("samples", samples, int_at_least(1));
   std::string word;
-  const auto one_of = [](std::vector<std::string> allowed) {
-    return [allowed](const Node& n, const std::string& path) {
-      std::string w = to_nonempty(n, path);
-      if (!contains(allowed, w))
-        throw SpecError(n.loc, path + ": " + quote_value(w) + " is not allowed" +
-                                   suggest(w, allowed) + "; expected one of " +
-                                   join_names(allowed));
-      return w;
-    };
-  };
   s.read("data", word, one_of({"test", "calibration"}));
   s.read("search", word, one_of({"greedy", "revert_worst"}));
   if (!s.get("max_top1_drop") && !s.get("min_top1_agreement") && !s.get("min_sqnr_db") &&
@@ -377,7 +403,7 @@ void read_quantize(const Section& s, QuantizeSpec& q) {
   std::vector<std::string> keys{
       "backend", "mode",         "algorithm",  "default_layer_dtype", "default_activation_dtype",
       "layers",  "skip_names",   "model_path", "results_dir",         "backend_kwargs",
-      "device",  "timing_cache", "tune"};
+      "device",  "timing_cache", "tune",       "sensitivity"};
   for (const auto& d : algorithm_defs()) keys.emplace_back(d.key);
   s.only(keys);
   s.read("backend", q.backend, to_nonempty);
@@ -399,6 +425,7 @@ void read_quantize(const Section& s, QuantizeSpec& q) {
   s.read("timing_cache", q.timing_cache, to_nonempty);
   read_algorithms(s, q);
   if (const Node* n = s.get("tune")) check_tune(Section(*n, s.at("tune")));
+  check_sensitivity(s);
 }
 
 PreprocessSpec read_preprocess(const Section& s) {

@@ -16,6 +16,7 @@
 #include "taoquant/report.h"
 #include "taoquant/steps.h"
 #include "taoquant/timing_cache.h"
+#include "taoquant/tune.h"
 #include "taoquant/weight_algorithms.h"
 
 namespace tq {
@@ -384,6 +385,12 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
                           {"total_s", out.total_seconds}}};
   out.report = make_quantize_report(in);
   out.report["timing_cache"] = out.timing_cache;
+  if (auto so = sensitivity_request(spec)) {  // each layer alone, on the evaluation data
+    t0 = Clock::now();
+    so->on_progress = opts.on_progress;
+    out.report["sensitivity"] = run_sensitivity(spec, *so).to_json();
+    out.report["timings"]["sensitivity_s"] = since(t0);
+  }
   write_file_atomic(out.report_path, out.report.dump(2) + "\n");
   spdlog::debug("wrote {} and {}", out.artifact_path, out.report_path);
   return out;

@@ -2,11 +2,14 @@
 // format, and the reverse view (each layer alone kept float), one forward
 // pass over the evaluation sample each.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
 #include "session.h"
+#include "spec/node.h"
 #include "taoquant/report.h"
+#include "taoquant/steps.h"
 #include "taoquant/strings.h"
 #include "taoquant/tune.h"
 
@@ -55,7 +58,7 @@ nlohmann::json finite(double v) {
 namespace tune {
 
 SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit,
-                                      bool reverse) {
+                                      bool reverse, double budget_s) {
   auto& sim = s.sim();
   SensitivityReport r;
   r.formats = s.formats();
@@ -68,11 +71,18 @@ SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, 
                      s.inspected().backend.info->name + "' in " +
                      std::string(to_string(s.plan().mode)));
   const Assignment all = all_quantized(sim);
-  const auto base = s.measure(all, limit);
+  const size_t total = sim.layers().size() * (r.formats.size() + (reverse ? 1 : 0));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto base = s.measure(all, limit);
+  limit = limit ? std::min(limit, r.samples) : r.samples;
+  const double cost = seconds_since(t0) * static_cast<double>(total);
+  if (budget_s > 0 && cost > budget_s && limit > 32) {  // fewer samples per probe
+    limit = std::max<size_t>(32, static_cast<size_t>(static_cast<double>(limit) * budget_s / cost));
+    base = s.measure(all, limit);
+  }
   r.all_sqnr_db = base.sqnr_db;
   r.all_agreement = base.top1_agreement;
   r.all_top1 = base.top1;
-  const size_t total = sim.layers().size() * (r.formats.size() + (reverse ? 1 : 0));
   size_t done = 0;
   for (const auto& l : sim.layers()) {
     LayerSensitivity ls{l.name, std::string(to_string(l.kind)), l.weight_params, {}, 0, 0, 0, 0, 0};
@@ -95,7 +105,7 @@ SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, 
   }
   rank(r.layers);
   r.reverse = reverse;
-  r.samples = limit ? std::min(limit, r.samples) : r.samples;
+  r.samples = limit;
   r.forward_passes = s.forwards();
   return r;
 }
@@ -105,6 +115,32 @@ SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, 
 SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& opts) {
   tune::Session s(spec, opts.formats, opts.data, opts.max_samples, opts.on_progress);
   return tune::measure_sensitivity(s, opts.on_progress);
+}
+
+std::optional<SensitivityOptions> sensitivity_request(const Spec& spec) {
+  const auto q = spec.resolved.value("quantize", nlohmann::json::object());
+  if (!q.contains("sensitivity")) return std::nullopt;
+  const auto& j = q["sensitivity"];
+  if (!j.is_object()) {  // a boolean (the spec reader checked it), maybe a quoted "yes"
+    const bool on =
+        j.is_boolean()
+            ? j.get<bool>()
+            : j.is_string() && spec_detail::parse_bool(j.get<std::string>()).value_or(false);
+    if (!on) return std::nullopt;
+  }
+  SensitivityOptions o;
+  o.max_samples = 256;  // a report's table: the ranking, not the gates
+  if (!j.is_object()) return o;
+  if (j.contains("formats")) {
+    std::vector<std::string> names;
+    for (const auto& f : j["formats"])
+      names.push_back(f.is_string() ? f.get<std::string>() : f.dump());
+    o.formats = parse_formats(names, spec.loc("quantize.sensitivity.formats"),
+                              "quantize.sensitivity.formats");
+  }
+  if (j.contains("samples")) o.max_samples = j["samples"].get<size_t>();
+  o.data = j.value("data", "");
+  return o;
 }
 
 nlohmann::json SensitivityReport::to_json() const {

@@ -72,8 +72,9 @@ class Session {
 // Each layer alone in each candidate format, and alone kept float (the
 // reverse view), ranked: what `inspect --sensitivity` prints.
 // `limit`: samples per probe (0: the whole sample); `reverse`: also the
-// reverse view (tune does without it).
+// reverse view (tune does without it); `budget_s` (> 0): fewer samples per
+// probe when the probes at `limit` would take longer (timed on the first).
 SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit = 0,
-                                      bool reverse = true);
+                                      bool reverse = true, double budget_s = 0);
 
 }  // namespace tq::tune

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <spdlog/spdlog.h>
 #include <torch/script.h>
@@ -117,6 +119,7 @@ struct Candidate {
   std::string failed;
   double shortfall = 0;
   int step = 0;
+  std::string spec_text;  // the tuned spec a real run was built from
 };
 
 nlohmann::json formats_json(const Assignment& a, const std::vector<tune::SimLayer>& layers) {
@@ -143,7 +146,10 @@ namespace {
 class Tuner {
  public:
   Tuner(const Spec& spec, const TuneOptions& opts)
-      : spec_(spec), opts_(opts), t_(tune::read_settings(spec)), t0_(Clock::now()) {
+      : spec_(spec),
+        opts_(opts),
+        t_(tune::read_settings(spec)),
+        t0_(opts.started.value_or(Clock::now())) {
     dir_ = spec.effective_results_dir();
     user_cache_ = !spec.quantize.timing_cache.empty();
     cache_ = (fs::path(dir_) / "timing_cache.json").string();
@@ -153,6 +159,16 @@ class Tuner {
 
  private:
   double elapsed() const { return seconds_since(t0_); }
+  // What must still fit in the budget after the current phase: one real
+  // run (the slowest so far, else as long as the setup took) and, in static
+  // mode with a timing cache written here, the final rebuild.
+  double reserve() const {
+    const double run = slowest_real_s_ > 0 ? slowest_real_s_ : stage_s_.value("setup", 1.0);
+    return run * (s_->plan().mode == Mode::kStatic && !user_cache_ ? 2 : 1);
+  }
+  bool out_of_time(double next_s) const {
+    return elapsed() + next_s + reserve() > t_.time_budget_s;
+  }
   void say(const std::string& line) {
     if (opts_.on_step) opts_.on_step(line);
   }
@@ -164,6 +180,8 @@ class Tuner {
   void keep(const Candidate& c, const QuantizeOutcome& out);
   void plan_path();
   bool simulated_pass(size_t i);
+  double predicted_db(size_t i) const;
+  size_t next_by_db(size_t from, double db) const;
   size_t first_simulated_pass();
   Candidate verify(Assignment a);
   TuneOutcome finish();
@@ -179,10 +197,12 @@ class Tuner {
   SensitivityReport sens_;
   nlohmann::json trace_ = nlohmann::json::array();
   std::optional<Candidate> best_;
+  std::optional<QuantizeOutcome> best_out_;            // its run, paths in results_dir
+  nlohmann::json stage_s_ = nlohmann::json::object();  // seconds per stage
   std::vector<Assignment> path_;
   std::vector<std::string> changes_;
   std::map<size_t, bool> sim_passed_;
-  double slowest_real_s_ = 0;
+  double slowest_real_s_ = 0, sim_s_ = 0;
   int steps_ = 0, real_steps_ = 0;
 };
 
@@ -205,6 +225,7 @@ nlohmann::json Tuner::tuned_tree(const Assignment& a) const {
   nlohmann::json tree = spec_.resolved;
   auto& q = tree["quantize"];
   q.erase("tune");
+  q.erase("sensitivity");  // the tune report has it; the real runs do without
   auto layers = q.value("layers", nlohmann::json::array());
   auto skips = q.value("skip_names", nlohmann::json::array());
   for (const auto& l : s_->sim().layers()) {
@@ -272,10 +293,13 @@ void Tuner::keep(const Candidate& c, const QuantizeOutcome& out) {
   const fs::path dir(dir_);
   const std::string art = (dir / artifact_name(out.requested_backend)).string();
   copy_atomic(out.artifact_path, art);
-  nlohmann::json report = out.report;
-  report["artifact"]["path"] = art;
+  best_out_ = out;
+  best_out_->artifact_path = art;
+  best_out_->report_path = (dir / "quantize_report.json").string();
+  best_out_->report["artifact"]["path"] = art;
+  nlohmann::json report = best_out_->report;
   report["tune"] = {{"status", "searching"}, {"best_step", c.step}, {"trace", trace_}};
-  write_text_atomic((dir / "quantize_report.json").string(), report.dump(2) + "\n");
+  write_text_atomic(best_out_->report_path, report.dump(2) + "\n");
   write_text_atomic((dir / "tuned_spec.yaml").string(), spec_yaml(tuned_tree(c.a)));
 }
 
@@ -291,7 +315,8 @@ Candidate Tuner::real_step(const Assignment& a) {
   qo.verbose = opts_.verbose;
   auto out = run_quantize(sp, qo);
   if (!user_cache_ && !out.timing_cache_path.empty()) copy_atomic(out.timing_cache_path, cache_);
-  Candidate c{a, measured_run(*s_, out, measure_artifact(out.artifact_path)), "", 0, ++steps_};
+  Candidate c{a,   measured_run(*s_, out, measure_artifact(out.artifact_path)), "", 0, ++steps_,
+              text};
   c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
   const double secs = seconds_since(t0);
   slowest_real_s_ = std::max(slowest_real_s_, secs);
@@ -321,31 +346,49 @@ bool Tuner::simulated_pass(size_t i) {
   auto it = sim_passed_.find(i);
   if (it != sim_passed_.end()) return it->second;
   const auto t0 = Clock::now();
-  Candidate c{path_[i], {}, "", 0, ++steps_};
+  Candidate c{path_[i], {}, "", 0, ++steps_, ""};
   c.x.m = s_->measure(c.a);
   c.x.bits = tune::effective_bits(s_->sim().layers(), c.a);
   for (const auto& l : s_->sim().layers()) c.x.float_layers += c.a.count(l.name) ? 0 : 1;
   c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
-  record("simulate", c, "path step " + std::to_string(i) + (i ? ": " + changes_[i] : ""),
-         seconds_since(t0));
+  const double secs = seconds_since(t0);
+  sim_s_ = std::max(sim_s_, secs);
+  record("simulate", c, "path step " + std::to_string(i) + (i ? ": " + changes_[i] : ""), secs);
   return sim_passed_[i] = c.failed.empty();
 }
 
-// The first step of the path that passes in simulation: doubling, then
-// bisection (a few forward passes instead of one per move). The last step
-// when none does (or half the time budget is gone).
+// The additive-noise prediction of path step i's output SQNR: the layers'
+// noise-to-signal ratios alone, from the sensitivity table, summed.
+double Tuner::predicted_db(size_t i) const {
+  double n = 0;
+  for (const auto& [layer, d] : path_[i]) n += nsr_.at(layer).at(d);
+  return n > 0 ? -10.0 * std::log10(n) : std::numeric_limits<double>::infinity();
+}
+
+// The first step after `from` predicted at `db` or better (the last step
+// when none is).
+size_t Tuner::next_by_db(size_t from, double db) const {
+  for (size_t i = from + 1; i < path_.size(); ++i)
+    if (predicted_db(i) >= db) return i;
+  return path_.size() - 1;
+}
+
+// The first step of the path that passes in simulation: steps predicted
+// 3, 6, 12, ... dB better than the start until one passes, then bisection
+// (a few forward passes instead of one per move). The last step when none
+// does, or when another check and a real run would end past the budget.
 size_t Tuner::first_simulated_pass() {
   const size_t last = path_.size() - 1;
   if (simulated_pass(0)) return 0;
-  size_t lo = 0, hi = 1;
-  while (true) {
-    hi = std::min(hi, last);
+  const double start_db = predicted_db(0);
+  size_t lo = 0, hi = 0;
+  for (double gain = 3;; gain *= 2) {
+    hi = next_by_db(lo, start_db + gain);
     if (simulated_pass(hi)) break;
-    if (hi == last || elapsed() > 0.5 * t_.time_budget_s) return last;
+    if (hi == last || out_of_time(sim_s_)) return last;
     lo = hi;
-    hi *= 2;
   }
-  while (hi - lo > 1 && elapsed() <= 0.5 * t_.time_budget_s) {
+  while (hi - lo > 1 && !out_of_time(sim_s_)) {
     const size_t mid = lo + (hi - lo) / 2;
     (simulated_pass(mid) ? hi : lo) = mid;
   }
@@ -372,6 +415,7 @@ nlohmann::json settings_json(const tune::TuneSettings& t) {
 }
 
 TuneOutcome Tuner::run() {
+  auto t0 = Clock::now();
   s_ = std::make_unique<tune::Session>(spec_, t_.formats, t_.data, t_.samples, opts_.on_progress);
   if (t_.max_top1_drop && !s_->sample().has_labels())
     throw SpecError(spec_.loc("quantize.tune.max_top1_drop"),
@@ -385,36 +429,54 @@ TuneOutcome Tuner::run() {
   std::error_code ec;
   if (!user_cache_) fs::remove(cache_, ec);  // an earlier run's: this one measures afresh
   fs::remove_all(fs::path(dir_) / ".tune", ec);
-  // The ranking needs fewer samples than the gates: 512 per probe.
-  sens_ = tune::measure_sensitivity(*s_, opts_.on_progress, 512, /*reverse=*/false);
+  stage_s_["setup"] = seconds_since(t0);
+  // The ranking needs fewer samples than the gates (256 per probe), and at
+  // most half of the time left after one real run.
+  t0 = Clock::now();
+  sens_ = tune::measure_sensitivity(*s_, opts_.on_progress, 256, /*reverse=*/false,
+                                    std::max(1e-3, (t_.time_budget_s - elapsed() - reserve()) / 2));
+  stage_s_["sensitivity"] = seconds_since(t0);
   nsr_ = tune::noise_table(sens_);
   plan_path();
+  t0 = Clock::now();
+  const size_t first = first_simulated_pass();
+  stage_s_["simulate"] = seconds_since(t0);
   // Real runs from the first simulated pass, 1, 2, 4, ... steps further on
   // the path while the measured gates fail.
+  t0 = Clock::now();
   const size_t last = path_.size() - 1;
-  for (size_t i = first_simulated_pass(), k = 1;; i = std::min(last, i + k), k *= 2) {
+  for (size_t i = first, k = 1;; i = std::min(last, i + k), k *= 2) {
     if (real_step(path_[i]).failed.empty() || i == last) break;
-    if (elapsed() + 2 * slowest_real_s_ > t_.time_budget_s) break;
+    if (out_of_time(0)) break;
   }
+  stage_s_["quantize"] = seconds_since(t0);
   return finish();
 }
 
-// The kept candidate, rebuilt from tuned_spec.yaml as a user would run it,
-// checked once more, with the search in its report.
+// The kept candidate as tuned_spec.yaml makes it: the kept run itself when
+// it was built from that very spec text (the artifact embeds the spec, not
+// the step folder), else rebuilt from tuned_spec.yaml as a user would run
+// it and checked once more. The report gets the search.
 TuneOutcome Tuner::finish() {
   TuneOutcome o;
   const fs::path dir(dir_);
   o.tuned_spec_path = (dir / "tuned_spec.yaml").string();
-  write_text_atomic(o.tuned_spec_path, spec_yaml(tuned_tree(best_->a)));
-  const auto t0 = Clock::now();
-  QuantizeOptions qo;
-  qo.verbose = opts_.verbose;
-  o.quantize = run_quantize(load_spec(o.tuned_spec_path), qo);
+  const std::string text = spec_yaml(tuned_tree(best_->a));
+  write_text_atomic(o.tuned_spec_path, text);
   Candidate c = *best_;
-  c.x = measured_run(*s_, o.quantize, measure_artifact(o.quantize.artifact_path));
-  c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
-  c.step = ++steps_;
-  record("final", c, "tuned_spec.yaml", seconds_since(t0));
+  if (text == best_->spec_text) {
+    o.quantize = *best_out_;
+  } else {
+    const auto t0 = Clock::now();
+    QuantizeOptions qo;
+    qo.verbose = opts_.verbose;
+    o.quantize = run_quantize(load_spec(o.tuned_spec_path), qo);
+    c.x = measured_run(*s_, o.quantize, measure_artifact(o.quantize.artifact_path));
+    c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
+    c.step = ++steps_;
+    stage_s_["rebuild"] = seconds_since(t0);
+    record("final", c, "tuned_spec.yaml", seconds_since(t0));
+  }
   o.passed = c.failed.empty();
   o.failed_gate = c.failed;
   o.artifact_path = o.quantize.artifact_path;
@@ -437,8 +499,9 @@ TuneOutcome Tuner::finish() {
                       {"best_step", best_->step},
                       {"result", result},
                       {"simulated_forward_passes", s_->forwards()},
-                      {"quantize_runs", real_steps_ + 1},
+                      {"quantize_runs", real_steps_ + (stage_s_.contains("rebuild") ? 1 : 0)},
                       {"seconds", elapsed()},
+                      {"seconds_by_stage", stage_s_},
                       {"trace", trace_},
                       {"sensitivity", sens_.to_json()}};
   write_text_atomic(o.report_path, o.report.dump(2) + "\n");
