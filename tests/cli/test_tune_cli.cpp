@@ -117,6 +117,21 @@ TEST_CASE("sensitivity in the quantize report: JSON and HTML, the outlier layer 
   REQUIRE(r.rc == 0);
   CHECK(!tqtest::read_json((out / "quantize_report.json").string()).contains("sensitivity"));
   CHECK(bytes_of(out / "quantize_report.html").find("sensitivity-table") == std::string::npos);
+
+  // Data it cannot have is a spec error before any work: no artifact, and
+  // the earlier run's report is left as it was.
+  const std::string before = bytes_of(out / "quantize_report.json");
+  tqtest::TempDir other("sens_nodata");
+  const std::string no_test = other.write(
+      "spec.yaml", "results_dir: " + (other.path() / "out").string() +
+                       "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
+                       "  default_layer_dtype: int8\n  model_path: " +
+                       kModels + "/fmnist/cnn.pt\n  sensitivity: {data: test}\n");
+  r = tao("quantize -e " + tqtest::quote(no_test));
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("dataset.test_dataset, which is not set"));
+  CHECK(!fs::exists(other.path() / "out"));
+  CHECK(bytes_of(out / "quantize_report.json") == before);
 }
 
 TEST_CASE("tune: fewer float layers or bits than reverting the worst-SQNR layers", "[cli][tune]") {

@@ -225,6 +225,34 @@ TEST_CASE("a plugin whose stage throws: exit 1, 'failed in <stage>', no artifact
   }
 }
 
+TEST_CASE("a run that fails once its artifact is being written leaves no report of an earlier run",
+          "[plugins]") {
+  const std::string plugin = test_plugin("bad", "plugin_throw");
+  TempDir tmp("plugins_stale");
+  const auto results = tmp.path() / "results";
+  auto ok = fmnist_spec(tmp, "plugin_throw", "  backend_kwargs: {fail_in: none}\n", "");
+  auto r = run_cmd(cli() + " --plugin " + quote(plugin) + " quantize -e " + quote(ok));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  REQUIRE(fs::exists(results / "quantize_report.json"));
+  REQUIRE(fs::exists(results / "quantize_report.html"));
+  const auto artifact = results / "quantized_model_plugin_throw.pth";
+  REQUIRE(fs::exists(artifact));
+  // A failure before the save keeps the earlier pair; one in the save (this
+  // plugin overwrites the artifact in place with half a file) leaves
+  // neither: never a partial artifact, never a report of another artifact.
+  r = run_cmd(cli() + " --plugin " + quote(plugin) + " quantize -e " + quote(ok) +
+              " quantize.backend_kwargs.fail_in=quantize");
+  CHECK(r.rc == 1);
+  CHECK(fs::exists(results / "quantize_report.json"));
+  r = run_cmd(cli() + " --plugin " + quote(plugin) + " quantize -e " + quote(ok) +
+              " quantize.backend_kwargs.fail_in=save_model");
+  CHECK(r.rc == 1);
+  CHECK(!fs::exists(artifact));
+  CHECK(!fs::exists(results / "quantize_report.json"));
+  CHECK(!fs::exists(results / "quantize_report.html"));
+}
+
 TEST_CASE("a spec that breaks a plugin's declared constraints is refused with exit 2",
           "[plugins]") {
   const std::string plugin = test_plugin("good", "plugin_good");

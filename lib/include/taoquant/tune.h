@@ -68,6 +68,10 @@ SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& op
 // quantize.sensitivity (true, or {formats, samples, data}): what `quantize`
 // measures for its report; nullopt when unset or false.
 std::optional<SensitivityOptions> sensitivity_request(const Spec& spec);
+// The evaluation data of sensitivity and tune for `data` ("test",
+// "calibration", or empty: test when set): its spec key, checked to be set
+// (SpecError otherwise) before any work.
+std::string evaluation_source(const Spec& spec, const std::string& data);
 std::string format_sensitivity_table(const SensitivityReport& r);
 
 // ---- Tune ------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <torch/version.h>
 
 #include "taoquant/data.h"
+#include "taoquant/html_report.h"
 #include "taoquant/latency.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
@@ -324,7 +325,17 @@ CheckedBackend check_before_model(const Spec& spec) {
   require_results_dir(spec);
   check_device(spec);
   require_calibration(spec);
+  if (auto so = sensitivity_request(spec)) evaluation_source(spec, so->data);
   return checked;
+}
+
+// The previous run's reports go before the new artifact is written: a run
+// that stops between the artifact and its report (killed, or failing late)
+// leaves an artifact without a report, never one with another run's report.
+void remove_stale_reports(const std::string& report_path) {
+  std::error_code ec;
+  fs::remove(report_path, ec);
+  fs::remove(html_report_path(report_path), ec);
 }
 
 }  // namespace
@@ -367,6 +378,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   if (opts.profile) return out;
   embed_metadata(spec, out, ctx);
   t0 = Clock::now();
+  remove_stale_reports(out.report_path);
   save_artifact(*quantizer, ctx, out.artifact_path, opts.verbose);
   times.save_s = since(t0);
   out.artifact_file_bytes = file_size_or_zero(out.artifact_path);

@@ -37,22 +37,10 @@ EvalSample read_sample(const Spec& spec, const DataSourceSpec& src, const std::s
 }
 
 EvalSample load_sample(const Spec& spec, const std::string& data, size_t max_samples) {
-  const auto& ds = spec.dataset;
-  const bool test = data == "test" || (data.empty() && ds.test_dataset);
-  if (test) {
-    if (!ds.test_dataset)
-      throw SpecError(spec.loc("dataset"),
-                      "the evaluation data is dataset.test_dataset, which is not set; set it, or "
-                      "use the calibration data (data: calibration)");
-    return read_sample(spec, *ds.test_dataset, "dataset.test_dataset", max_samples);
-  }
-  require_calibration(spec);
-  if (!ds.quant_calibration_dataset)
-    throw SpecError(spec.loc("dataset"),
-                    "no evaluation data: set dataset.test_dataset or "
-                    "dataset.quant_calibration_dataset");
-  return read_sample(spec, *ds.quant_calibration_dataset, "dataset.quant_calibration_dataset",
-                     max_samples);
+  if (evaluation_source(spec, data) == "dataset.test_dataset")
+    return read_sample(spec, *spec.dataset.test_dataset, "dataset.test_dataset", max_samples);
+  return read_sample(spec, *spec.dataset.quant_calibration_dataset,
+                     "dataset.quant_calibration_dataset", max_samples);
 }
 
 // The plan's quantized weight formats, else int8.
@@ -71,6 +59,23 @@ std::vector<DType> default_formats(const Plan& plan) {
 }  // namespace tq::tune
 
 namespace tq {
+
+std::string evaluation_source(const Spec& spec, const std::string& data) {
+  const auto& ds = spec.dataset;
+  if (data == "test" || (data.empty() && ds.test_dataset)) {
+    if (!ds.test_dataset)
+      throw SpecError(spec.loc("dataset"),
+                      "the evaluation data is dataset.test_dataset, which is not set; set it, or "
+                      "use the calibration data (data: calibration)");
+    return "dataset.test_dataset";
+  }
+  require_calibration(spec);
+  if (!ds.quant_calibration_dataset)
+    throw SpecError(spec.loc("dataset"),
+                    "no evaluation data: set dataset.test_dataset or "
+                    "dataset.quant_calibration_dataset");
+  return "dataset.quant_calibration_dataset";
+}
 
 std::vector<DType> parse_formats(const std::vector<std::string>& names, const SourceLoc& loc,
                                  const std::string& key) {
