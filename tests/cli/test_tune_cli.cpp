@@ -111,7 +111,8 @@ TEST_CASE("sensitivity in the quantize report: JSON and HTML, the outlier layer 
   const std::string html = bytes_of(out / "quantize_report.html");
   CHECK_THAT(html, Contains("id=\"sensitivity-table\""));
   // Row 1 of the table is the outlier layer.
-  CHECK_THAT(html, Contains("<td class=\"n\" data-k=\"1\">1</td><td class=\"name\">features.conv2</td>"));
+  CHECK_THAT(html,
+             Contains("<td class=\"n\" data-k=\"1\">1</td><td class=\"name\">features.conv2</td>"));
   // Without the key, no table (and no extra time).
   r = tao("quantize -e " + tqtest::quote(spec) + " quantize.sensitivity=false");
   REQUIRE(r.rc == 0);
@@ -122,11 +123,11 @@ TEST_CASE("sensitivity in the quantize report: JSON and HTML, the outlier layer 
   // the earlier run's report is left as it was.
   const std::string before = bytes_of(out / "quantize_report.json");
   tqtest::TempDir other("sens_nodata");
-  const std::string no_test = other.write(
-      "spec.yaml", "results_dir: " + (other.path() / "out").string() +
-                       "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
-                       "  default_layer_dtype: int8\n  model_path: " +
-                       kModels + "/fmnist/cnn.pt\n  sensitivity: {data: test}\n");
+  const std::string no_test =
+      other.write("spec.yaml", "results_dir: " + (other.path() / "out").string() +
+                                   "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
+                                   "  default_layer_dtype: int8\n  model_path: " +
+                                   kModels + "/fmnist/cnn.pt\n  sensitivity: {data: test}\n");
   r = tao("quantize -e " + tqtest::quote(no_test));
   CHECK(r.rc == 2);
   CHECK_THAT(r.out, Contains("dataset.test_dataset, which is not set"));

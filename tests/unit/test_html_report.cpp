@@ -217,6 +217,7 @@ json with_tune(json r) {
                {"quantize_runs", 2},
                {"simulated_forward_passes", 9},
                {"seconds", 6.25},
+               {"budget_cut", "the time budget ended the real runs before the gates held"},
                {"result",
                 {{"float_layers", 1},
                  {"effective_bits", 5.5},
@@ -265,6 +266,7 @@ TEST_CASE("html quantize view: the sensitivity table and the tune trace", "[html
   REQUIRE(t["has"] == true);
   CHECK(t["result"][0]["v"] == "failed: max_top1_drop 0.50: measured 0.80 pt");
   CHECK(t["result"][5]["v"] == "89.20 % (float 90.00 %)");
+  CHECK(t["result"].back()["v"] == "the time budget ended the real runs before the gates held");
   REQUIRE(t["trace"].size() == 2);
   CHECK(t["trace"][0]["pass"] == false);
   CHECK(t["trace"][1]["top1"] == "-");

@@ -117,6 +117,8 @@ json tune(const json& t) {
         {"v", str(get(t, "settings"), "search") + ", " + str(t, "quantize_runs") +
                   " quantize runs, " + str(t, "simulated_forward_passes") +
                   " simulated forward passes, " + num(get(t, "seconds"), 1) + " s"}}});
+  if (get(t, "budget_cut").is_string())
+    result.push_back({{"k", "time budget"}, {"v", str(t, "budget_cut")}});
   json trace = json::array();
   for (const auto& s : get(t, "trace")) trace.push_back(trace_row(s));
   return {{"has", true},

@@ -203,6 +203,7 @@ class Tuner {
   std::vector<std::string> changes_;
   std::map<size_t, bool> sim_passed_;
   double slowest_real_s_ = 0, sim_s_ = 0;
+  std::string budget_note_;  // what the time budget cut short, if anything
   int steps_ = 0, real_steps_ = 0;
 };
 
@@ -385,7 +386,15 @@ size_t Tuner::first_simulated_pass() {
   for (double gain = 3;; gain *= 2) {
     hi = next_by_db(lo, start_db + gain);
     if (simulated_pass(hi)) break;
-    if (hi == last || out_of_time(sim_s_)) return last;
+    if (hi == last) return last;
+    if (out_of_time(sim_s_)) {
+      budget_note_ =
+          "the time budget ended the simulation before a step passed; the real run takes the "
+          "last step of the path (" +
+          std::to_string(s_->sim().layers().size() - path_[last].size()) + " float layers)";
+      spdlog::warn("tune: {}", budget_note_);
+      return last;
+    }
     lo = hi;
   }
   while (hi - lo > 1 && !out_of_time(sim_s_)) {
@@ -447,7 +456,12 @@ TuneOutcome Tuner::run() {
   const size_t last = path_.size() - 1;
   for (size_t i = first, k = 1;; i = std::min(last, i + k), k *= 2) {
     if (real_step(path_[i]).failed.empty() || i == last) break;
-    if (out_of_time(0)) break;
+    if (out_of_time(0)) {
+      if (budget_note_.empty())
+        budget_note_ = "the time budget ended the real runs before the gates held";
+      spdlog::warn("tune: {}", budget_note_);
+      break;
+    }
   }
   stage_s_["quantize"] = seconds_since(t0);
   return finish();
@@ -491,19 +505,21 @@ TuneOutcome Tuner::finish() {
   if (s_->float_top1()) result["float_top1"] = *s_->float_top1();
   if (c.x.speedup) result["speedup"] = *c.x.speedup;
   o.report = o.quantize.report;
-  o.report["tune"] = {{"status", o.passed ? "passed" : "failed"},
-                      {"failed_gate", o.failed_gate},
-                      {"settings", settings_json(t_)},
-                      {"data", s_->sample().description},
-                      {"tuned_spec", o.tuned_spec_path},
-                      {"best_step", best_->step},
-                      {"result", result},
-                      {"simulated_forward_passes", s_->forwards()},
-                      {"quantize_runs", real_steps_ + (stage_s_.contains("rebuild") ? 1 : 0)},
-                      {"seconds", elapsed()},
-                      {"seconds_by_stage", stage_s_},
-                      {"trace", trace_},
-                      {"sensitivity", sens_.to_json()}};
+  o.report["tune"] = {
+      {"status", o.passed ? "passed" : "failed"},
+      {"failed_gate", o.failed_gate},
+      {"settings", settings_json(t_)},
+      {"data", s_->sample().description},
+      {"tuned_spec", o.tuned_spec_path},
+      {"best_step", best_->step},
+      {"result", result},
+      {"simulated_forward_passes", s_->forwards()},
+      {"quantize_runs", real_steps_ + (stage_s_.contains("rebuild") ? 1 : 0)},
+      {"seconds", elapsed()},
+      {"seconds_by_stage", stage_s_},
+      {"budget_cut", budget_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(budget_note_)},
+      {"trace", trace_},
+      {"sensitivity", sens_.to_json()}};
   write_text_atomic(o.report_path, o.report.dump(2) + "\n");
   std::error_code ec;
   fs::remove_all(dir / ".tune", ec);
