@@ -136,9 +136,13 @@ int run_quantize(Options& o) {
 int run_tune(Options& o) {
   auto spec = load_quantize_spec(o);
   tq::TuneOptions to;
-  to.started = std::chrono::steady_clock::now() -
-               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                   std::chrono::duration<double>(tq::process_seconds()));
+  // The budget counts the command's wall clock, library loading included;
+  // a process age past a minute is not this start-up (a clock that cannot be
+  // trusted): the budget then starts here.
+  if (const double age = tq::process_seconds(); age < 60)
+    to.started = std::chrono::steady_clock::now() -
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                     std::chrono::duration<double>(age));
   to.verbose = o.verbosity > 0;
   to.on_progress = tty_progress(o);
   if (!o.quiet && !o.json) to.on_step = [](const std::string& l) { std::cout << l << std::endl; };
