@@ -29,8 +29,11 @@ fs::path out_dir(const std::string& name) {
   return d;
 }
 
+// A static int8 spec; the test data is Fashion-MNIST's unless `test` names
+// another file (ResNet-18 is evaluated on its calibration file: no labels,
+// fidelity metrics only).
 std::string static_spec(const fs::path& dir, const std::string& net, const std::string& calib,
-                        const std::string& extra = "") {
+                        const std::string& extra = "", const std::string& test = "fmnist/test.npz") {
   const std::string path = (dir / "spec.yaml").string();
   std::ofstream(path) << "results_dir: " << dir.string()
                       << "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n"
@@ -40,7 +43,7 @@ std::string static_spec(const fs::path& dir, const std::string& net, const std::
                       << "dataset:\n  quant_calibration_dataset:\n    data_file: " << model(calib)
                       << "\n    batch_size: 32\n    max_batches: 2\n  test_dataset:\n"
                          "    data_file: "
-                      << model("fmnist/test.npz")
+                      << model(test)
                       << "\n    batch_size: 500\nevaluate:\n  num_batches: 2\n"
                          "  latency: {batch_sizes: [1, 32], warmup: 2, iters: 9}\n";
   return path;
@@ -85,6 +88,35 @@ void check_quantize_page(const fs::path& dir, const std::string& shot) {
   CHECK(run.page_requests.empty());
   tqtest::screenshot(html.string(), shot, 1280, 1400, (dir / "chromium").string());
   CHECK(non_background(shot) > 0.03);
+}
+
+// `evaluate --compare` of the run in `dir`, its HTML in Chromium: the
+// quantized top-1 (or, without labels, the output SQNR), both charts, the
+// latency per batch size with the speed-up, no request, a screenshot.
+void check_evaluate_page(const fs::path& dir, const std::string& spec) {
+  const auto e = tqtest::run_cmd(tqtest::cli() + " evaluate -e " + spec + " --compare");
+  INFO(e.out);
+  REQUIRE(e.rc == 0);
+  const fs::path ehtml = dir / "evaluate_report.html";
+  REQUIRE(fs::exists(ehtml));
+  CHECK(tqtest::external_references(tqtest::read_text(ehtml.string())) == 0);
+  const auto run = tqtest::dump_dom(ehtml.string(), (dir / "chromium-eval").string());
+  const json er = read_json(dir / "evaluate_report.json");
+  const json& q = er["quantized"];
+  char num[32];
+  if (q.contains("top1") && q["top1"].is_number()) {
+    std::snprintf(num, sizeof num, "%.2f", q["top1"].get<double>());
+    CHECK_THAT(run.dom, Contains(std::string("<td class=\"n\">") + num + "</td>"));
+  }
+  CHECK(er["metrics"]["sqnr_db"].is_number());
+  CHECK_THAT(run.dom, Contains("<th>output SQNR (dB)</th>"));
+  CHECK(tqtest::count(run.dom, "<svg") >= 1);  // latency (and accuracy, with labels)
+  CHECK_THAT(run.dom, Contains(">batch 32</text>"));
+  CHECK_THAT(run.dom, Contains("x faster</text>"));
+  CHECK(run.page_requests.empty());
+  tqtest::screenshot(ehtml.string(), (dir / "evaluate.png").string(), 1280, 900,
+                     (dir / "chromium-eval").string());
+  CHECK(non_background((dir / "evaluate.png").string()) > 0.03);
 }
 
 bool have_browser() {
@@ -149,22 +181,7 @@ TEST_CASE("CLI: static_ptq without an activation dtype defaults to int8, run as 
 
   if (!have_browser()) return;
   check_quantize_page(dir, (dir / "quantize.png").string());
-  const auto e = tqtest::run_cmd(tqtest::cli() + " evaluate -e " + spec.c_str() + " --compare");
-  INFO(e.out);
-  REQUIRE(e.rc == 0);
-  const fs::path ehtml = dir / "evaluate_report.html";
-  const auto run = tqtest::dump_dom(ehtml.string(), (dir / "chromium-eval").string());
-  const json er = read_json(dir / "evaluate_report.json");
-  char top1[32];
-  std::snprintf(top1, sizeof top1, "%.2f", er["quantized"]["top1"].get<double>());
-  CHECK_THAT(run.dom, Contains(std::string("<td class=\"n\">") + top1 + "</td>"));
-  CHECK(tqtest::count(run.dom, "<svg") == 2);  // accuracy, latency
-  CHECK_THAT(run.dom, Contains(">batch 32</text>"));
-  CHECK_THAT(run.dom, Contains("x faster</text>"));
-  CHECK(run.page_requests.empty());
-  tqtest::screenshot(ehtml.string(), (dir / "evaluate.png").string(), 1280, 900,
-                     (dir / "chromium-eval").string());
-  CHECK(non_background((dir / "evaluate.png").string()) > 0.03);
+  check_evaluate_page(dir, spec);
 }
 
 TEST_CASE("CLI: --no-html, before or after the subcommand", "[cli][html]") {
@@ -185,22 +202,24 @@ TEST_CASE("CLI: --no-html, before or after the subcommand", "[cli][html]") {
   }
 }
 
-TEST_CASE("HTML: ResNet-18 and ViT quantize reports in Chromium", "[cli][html][browser]") {
+TEST_CASE("HTML: ResNet-18 and ViT quantize and evaluate reports in Chromium",
+          "[cli][html][browser]") {
   if (!have_browser()) return;
-  const std::pair<std::string, std::string> nets[] = {
-      {"tv/resnet18.pt", "tv/imagenet_rand_n8_224.npz"}, {"fmnist/vit.pt", "fmnist/calib.npz"}};
-  for (const auto& [net, calib] : nets) {
-    if (!fs::exists(model(net))) {
-      WARN(model(net) + " not built (scripts/models/make_test_models.sh models extra): skipped");
-      continue;
-    }
+  // (model, calibration data, test data): both built by the models fixture.
+  const std::string nets[][3] = {
+      {"tv/resnet18.pt", "tv/imagenet_rand_n8_224.npz", "tv/imagenet_rand_n8_224.npz"},
+      {"fmnist/vit_qkv.pt", "fmnist/calib.npz", "fmnist/test.npz"}};
+  for (const auto& [net, calib, test] : nets) {
+    INFO(net);
+    REQUIRE(fs::exists(model(net)));
     const std::string stem = fs::path(net).stem().string();
     const fs::path dir = out_dir(stem);
-    const auto r =
-        tqtest::run_cmd(tqtest::cli() + " quantize -e " + static_spec(dir, net, calib) + " -q");
+    const std::string spec = static_spec(dir, net, calib, "", test);
+    const auto r = tqtest::run_cmd(tqtest::cli() + " quantize -e " + spec + " -q");
     INFO(r.out);
     REQUIRE(r.rc == 0);
     check_quantize_page(dir, (dir / "quantize.png").string());
+    check_evaluate_page(dir, spec);
   }
 }
 
