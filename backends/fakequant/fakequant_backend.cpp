@@ -58,6 +58,7 @@ BackendInfo info() {
   wo.kernel = "float weights on the quantization grid";
   st.mode = Mode::kStatic;
   st.kernel = "quantize->dequantize in the float graph";
+  st.bias_correction = true;
   b.caps.per_mode = {wo, st};
   return b;
 }

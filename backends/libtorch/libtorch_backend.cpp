@@ -95,7 +95,8 @@ std::vector<ModeCaps> mode_tables() {
               true,
               true,
               {{DType::kInt8, DType::kUInt8}},
-              group_as_channel};
+              group_as_channel,
+              /*bias_correction=*/true};
   ModeCaps dyn{Mode::kDynamic,
                int8,
                acts,
