@@ -342,6 +342,16 @@ const ObserverSlot* input_slot(const ObserverTable& t,
   return it == inputs.end() ? nullptr : t.find_path(it->second);
 }
 
+// The observed copy is what converts: a bias shift made in `folded` goes
+// there too, unless the two share the tensor.
+void shift_observed(StaticSession& s, const BiasShift& b, double sign) {
+  const auto dot = b.target.rfind('.');
+  const std::string mod = b.target.substr(0, dot), attr = b.target.substr(dot + 1);
+  const at::Tensor f = find_submodule(s.folded, mod).attr(attr).toTensor();
+  const at::Tensor o = find_submodule(s.observed, mod).attr(attr).toTensor();
+  if (!f.is_same(o)) shift_bias(s.observed, b, sign);
+}
+
 // Static bias correction (quantize.bias_correction): from the weights
 // LibTorch will store (the observers' qparams on the folded weights) and
 // each layer's input qparams, into the folded biases, which the observed
@@ -371,6 +381,7 @@ void correct_static_biases(QuantizeContext& ctx, StaticSession& s) {
     layers.emplace(lp.info.name, std::move(b));
   }
   s.shifts = correct_biases(ctx, s.folded, s.folded, *s.data, layers);
+  for (const auto& [layer, b] : s.shifts) shift_observed(s, b, 1.0);
   s.steps->step("bias correction");
 }
 
@@ -382,6 +393,7 @@ void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s) {
       continue;
     }
     shift_bias(s.folded, it->second, -1.0);
+    shift_observed(s, it->second, -1.0);
     ctx.algorithm_facts[it->first]["bias_correction"] = {
         {"skipped", "the layer stays float: " + s.reasons[it->first]}};
     it = s.shifts.erase(it);
