@@ -5,7 +5,7 @@
 #
 # Usage: scripts/demo.sh [key=value ...]   (overrides passed to both runs)
 #   1. scripts/setup.sh --demo             (packages, build only tao-quant)
-#   2. scripts/models/make_test_models.sh models fmnist   (cached: reused
+#   2. scripts/models/make_test_models.sh models demo   (the CNN; cached: reused
 #      when the tests already made it)
 #   3. tao-quant quantize: weight-only (runs/demo/weight_only) and static
 #      (runs/demo/static), each writing quantize_report.{json,html}
@@ -35,7 +35,7 @@ if [[ "${SETUP:-1}" != 0 ]]; then
 fi
 
 step "demo model (Fashion-MNIST CNN, cached in models/)"
-bash scripts/models/make_test_models.sh models fmnist
+bash scripts/models/make_test_models.sh models demo
 
 CLI="${BUILD_DIR}/bin/tao-quant"
 if [[ ! -x "${CLI}" ]]; then

@@ -39,8 +39,9 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   libkainjow-mustache-dev
 )
-# Only the tests need these (headless Chromium loads the HTML reports).
-TEST_PACKAGES=(chromium)
+# Only the tests need these (headless Chromium loads the HTML reports; strace
+# injects faults into quantize runs).
+TEST_PACKAGES=(chromium strace)
 if [[ ${DEMO} -eq 0 ]]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
 fi

@@ -3,6 +3,7 @@
 // any format, fp8 included, on any runtime.
 #include <torch/script.h>
 
+#include "../staged_backend.h"
 #include "static_fakequant.h"
 #include "taoquant/backend.h"
 #include "taoquant/model.h"
@@ -12,18 +13,14 @@ namespace tq::fakequant {
 
 namespace {
 
-class FakeQuantBackend : public QuantizerBase, public Calibratable {
+class FakeQuantBackend : public StagedBackend<StaticFakeQuant> {
  public:
-  void calibrate(QuantizeContext& ctx, CalibrationData& data) override {
-    static_.calibrate(ctx, data);
-  }
-
   void quantize(QuantizeContext& ctx) override {
     if (ctx.plan.mode == Mode::kStatic) {
       ctx.backend_meta["storage"] =
           "float weights rounded to the quantization grid; quantize->dequantize of layer inputs in "
           "the graph";
-      return static_.convert(ctx);
+      return stage_.convert(ctx);
     }
     ctx.backend_meta["storage"] = "float weights rounded to the quantization grid";
     quantize_weights(
@@ -34,9 +31,6 @@ class FakeQuantBackend : public QuantizerBase, public Calibratable {
           return static_cast<size_t>(w.numel()) * w.element_size();
         });
   }
-
- private:
-  StaticFakeQuant static_;
 };
 
 BackendInfo info() {
@@ -58,6 +52,7 @@ BackendInfo info() {
   wo.kernel = "float weights on the quantization grid";
   st.mode = Mode::kStatic;
   st.kernel = "quantize->dequantize in the float graph";
+  st.bias_correction = true;
   b.caps.per_mode = {wo, st};
   return b;
 }

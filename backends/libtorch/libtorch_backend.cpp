@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "../staged_backend.h"
 #include "compact_weights.h"
 #include "static_ptq.h"
 #include "taoquant/backend.h"
@@ -15,26 +16,20 @@ namespace tq::libtorch {
 
 namespace {
 
-class LibTorchBackend : public QuantizerBase, public Calibratable {
+class LibTorchBackend : public StagedBackend<StaticPtq> {
  public:
-  void calibrate(QuantizeContext& ctx, CalibrationData& data) override {
-    ptq_.calibrate(ctx, data);
-  }
-
   void quantize(QuantizeContext& ctx) override {
     switch (ctx.plan.mode) {
       case Mode::kWeightOnly:
         return weight_only(ctx);
       case Mode::kStatic:
-        return ptq_.convert(ctx);
+        return stage_.convert(ctx);
       case Mode::kDynamic:
-        return ptq_.dynamic(ctx);
+        return stage_.dynamic(ctx);
     }
   }
 
  private:
-  StaticPtq ptq_;
-
   static void weight_only(QuantizeContext& ctx) {
     ctx.backend_meta["storage"] =
         "compact codes + scales, decoded by TorchScript __setstate__ at load";
@@ -95,7 +90,8 @@ std::vector<ModeCaps> mode_tables() {
               true,
               true,
               {{DType::kInt8, DType::kUInt8}},
-              group_as_channel};
+              group_as_channel,
+              /*bias_correction=*/true};
   ModeCaps dyn{Mode::kDynamic,
                int8,
                acts,

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "latency.h"
+#include "ptq_common.h"
 #include "taoquant/calibration.h"
 #include "taoquant/data.h"
 #include "taoquant/jit.h"
@@ -18,6 +19,7 @@
 #include "taoquant/sqnr.h"
 #include "taoquant/steps.h"
 #include "taoquant/timing_cache.h"
+#include "taoquant/weight_algorithms.h"
 
 namespace tq::libtorch {
 
@@ -52,6 +54,7 @@ struct StaticSession {
   std::set<std::string> keep_float;            // layers kept float by the speed check
   std::map<std::string, std::string> reasons;  // layer -> why it stays float
   CalibrationData* data = nullptr;             // alive from calibrate() through convert()
+  std::map<std::string, BiasShift> shifts;     // bias correction, by layer (in `folded`)
   // Each layer's float input and output (leading samples) and the model's
   // float output on the held-out batch: one pass of a tapped copy of
   // `folded`, or of `observed` when the held-out batch is also the only
@@ -111,18 +114,6 @@ std::string select_engine(const QuantizeContext& ctx) {
                                           join(supported) + ")" + did_you_mean(engine, supported));
 }
 
-namespace {
-
-ObserverTemplate act_template(const Plan& plan, const TensorQuant* t) {
-  ObserverTemplate a;
-  a.observer = t ? t->observer : plan.algorithm;
-  a.cfg.dtype = DType::kUInt8;  // quint8 activations: what onednn/qnnpack kernels take
-  a.cfg.symmetric = false;
-  if (t) a.cfg.kwargs = t->observer_kwargs;
-  a.loc = t ? t->loc : plan.algorithm_loc;
-  return a;
-}
-
 // Weights: minmax unless a `layers` rule names an observer.
 ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp) {
   ObserverTemplate w;
@@ -135,12 +126,6 @@ ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp) {
   if (lp) w.cfg.kwargs = lp->weights.observer_kwargs;
   w.loc = lp && lp->rule_index >= 0 ? lp->loc : plan.algorithm_loc;
   return w;
-}
-
-std::vector<at::Tensor> slice_batch(const std::vector<at::Tensor>& in, int64_t n) {
-  std::vector<at::Tensor> out;
-  for (const auto& t : in) out.push_back(t.slice(0, 0, std::min<int64_t>(n, t.size(0))));
-  return out;
 }
 
 // Fills a layer result from its int8 weight qparams: scale range, weight
@@ -172,6 +157,46 @@ at::Tensor weight_result(LayerResult& r, const at::Tensor& w, const QParams& wq)
   }
   r.weight_sqnr_db = e.db();
   return fq.to(w.scalar_type());
+}
+
+// InsertQuantDeQuant's output -> the final int8 module: completes or
+// refuses instances it left without values, fixes tuple dequantization,
+// then Finalize (fusion into quantized ops, packing, freezing).
+Module finish_quantized(Module q, QuantType qt) {
+  const std::vector<std::string> incomplete = jit::complete_unused_instances(q);
+  if (!incomplete.empty()) {
+    std::string list;
+    for (size_t i = 0; i < incomplete.size() && i < 4; ++i) list += (i ? ", " : "") + incomplete[i];
+    if (incomplete.size() > 4) list += ", ... (" + std::to_string(incomplete.size()) + " in all)";
+    throw RuntimeError(
+        std::string(qt == QuantType::kStatic ? "static_ptq" : "dynamic_ptq") +
+        ": unsupported pattern: module instances that forward calls share a TorchScript type with "
+        "another "
+        "instance, and LibTorch's InsertQuantDeQuant left them without their quantization "
+        "parameters: " +
+        list +
+        ". Keep them float with skip_names, or use mode weight_only_ptq or backend fakequant");
+  }
+  jit::dequantize_tuple_elements(q);
+  return jit::finalize(q, qt);
+}
+
+namespace {
+
+ObserverTemplate act_template(const Plan& plan, const TensorQuant* t) {
+  ObserverTemplate a;
+  a.observer = t ? t->observer : plan.algorithm;
+  a.cfg.dtype = DType::kUInt8;  // quint8 activations: what onednn/qnnpack kernels take
+  a.cfg.symmetric = false;
+  if (t) a.cfg.kwargs = t->observer_kwargs;
+  a.loc = t ? t->loc : plan.algorithm_loc;
+  return a;
+}
+
+std::vector<at::Tensor> slice_batch(const std::vector<at::Tensor>& in, int64_t n) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : in) out.push_back(t.slice(0, 0, std::min<int64_t>(n, t.size(0))));
+  return out;
 }
 
 bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
@@ -303,28 +328,6 @@ void StaticPtq::calibrate(QuantizeContext& ctx, CalibrationData& data) {
 
 namespace {
 
-// InsertQuantDeQuant's output -> the final int8 module: completes or
-// refuses instances it left without values, fixes tuple dequantization,
-// then Finalize (fusion into quantized ops, packing, freezing).
-Module finish_quantized(Module q, QuantType qt) {
-  const std::vector<std::string> incomplete = jit::complete_unused_instances(q);
-  if (!incomplete.empty()) {
-    std::string list;
-    for (size_t i = 0; i < incomplete.size() && i < 4; ++i) list += (i ? ", " : "") + incomplete[i];
-    if (incomplete.size() > 4) list += ", ... (" + std::to_string(incomplete.size()) + " in all)";
-    throw RuntimeError(
-        std::string(qt == QuantType::kStatic ? "static_ptq" : "dynamic_ptq") +
-        ": unsupported pattern: module instances that forward calls share a TorchScript type with "
-        "another "
-        "instance, and LibTorch's InsertQuantDeQuant left them without their quantization "
-        "parameters: " +
-        list +
-        ". Keep them float with skip_names, or use mode weight_only_ptq or backend fakequant");
-  }
-  jit::dequantize_tuple_elements(q);
-  return jit::finalize(q, qt);
-}
-
 Module convert_observed(Module& observed) {
   // A shallow copy again: the pass adds attributes and rewrites graphs; the
   // quantized weights it makes are new tensors.
@@ -337,6 +340,64 @@ const ObserverSlot* input_slot(const ObserverTable& t,
                                const std::string& layer) {
   auto it = inputs.find(layer);
   return it == inputs.end() ? nullptr : t.find_path(it->second);
+}
+
+// The observed copy is what converts: a bias shift made in `folded` goes
+// there too, unless the two share the tensor.
+void shift_observed(StaticSession& s, const BiasShift& b, double sign) {
+  const auto dot = b.target.rfind('.');
+  const std::string mod = b.target.substr(0, dot), attr = b.target.substr(dot + 1);
+  const at::Tensor f = find_submodule(s.folded, mod).attr(attr).toTensor();
+  const at::Tensor o = find_submodule(s.observed, mod).attr(attr).toTensor();
+  if (!f.is_same(o)) shift_bias(s.observed, b, sign);
+}
+
+// Static bias correction (quantize.bias_correction): from the weights
+// LibTorch will store (the observers' qparams on the folded weights) and
+// each layer's input qparams, into the folded biases, which the observed
+// copy shares.
+void correct_static_biases(QuantizeContext& ctx, StaticSession& s) {
+  (void)s.capture();  // the fidelity report's float reference: before the biases move
+  const auto inputs = layer_input_observers(s.observed);
+  std::map<std::string, StaticBiasLayer> layers;
+  for (const auto& lp : ctx.plan.layers) {
+    const auto a = lp.algorithms(ctx.plan);
+    const ObserverSlot* ws = s.table->find_label(lp.info.name + ":weight");
+    if (std::find(a.begin(), a.end(), "bias_correction") == a.end() || !ws ||
+        s.reasons.count(lp.info.name))
+      continue;
+    LayerResult scratch;
+    StaticBiasLayer b;
+    b.weight =
+        weight_result(scratch, find_submodule(s.folded, lp.info.name).attr("weight").toTensor(),
+                      s.table->qparams(ws->id));
+    if (const ObserverSlot* as = input_slot(*s.table, inputs, lp.info.name)) {
+      const QParams& aq = s.table->qparams(as->id);
+      b.input_scale = aq.scale.at(0);
+      b.input_zero_point = aq.zero_point.at(0);
+      b.input_qmin = aq.quant_min;
+      b.input_qmax = aq.quant_max;
+    }
+    layers.emplace(lp.info.name, std::move(b));
+  }
+  s.shifts = correct_biases(ctx, s.folded, s.folded, *s.data, layers);
+  for (const auto& [layer, b] : s.shifts) shift_observed(s, b, 1.0);
+  s.steps->step("bias correction");
+}
+
+// Layers the latency check keeps float keep their float bias too.
+void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s) {
+  for (auto it = s.shifts.begin(); it != s.shifts.end();) {
+    if (!s.keep_float.count(it->first)) {
+      ++it;
+      continue;
+    }
+    shift_bias(s.folded, it->second, -1.0);
+    shift_observed(s, it->second, -1.0);
+    ctx.algorithm_facts[it->first]["bias_correction"] = {
+        {"skipped", "the layer stays float: " + s.reasons[it->first]}};
+    it = s.shifts.erase(it);
+  }
 }
 
 }  // namespace
@@ -398,6 +459,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
           "the artifact keeps every layer float");
       q = ctx.model.clone();  // the original float model: its fused inference paths intact
     } else if (!slower.empty()) {
+      undo_bias_corrections(ctx, s);
       observe_and_run(ctx, s);  // re-observe without them
       q = convert_observed(s.observed);
       s.steps->step("convert");
@@ -418,15 +480,19 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
 
 // Output SQNR of one layer alone, float vs int8-simulated (weights on their
 // grid `fq`, input through the activation qparams), on leading samples of
-// the held-out batch.
+// the held-out batch. With `shift` (its bias correction, in `root`), the
+// float reference has the float bias, and the SQNR without the correction
+// goes to `before`.
 void layer_output_sqnr(LayerResult& r, Module layer, const at::Tensor& w, const at::Tensor& fq,
-                       const QParams& aq, const LayerCapture& cap) {
+                       const QParams& aq, const LayerCapture& cap, Module root,
+                       const BiasShift* shift, double* before) {
   auto xi = cap.inputs.find(r.name);
   if (xi == cap.inputs.end()) return;
   torch::NoGradGuard ng;
   NoGraphOptimization no_opt;
   const at::Tensor& x = xi->second;
   r.extra["activation"]["histogram"] = activation_histogram(x, aq);
+  if (shift) shift_bias(root, *shift, -1.0);
   auto yi = cap.outputs.find(r.name);
   const at::Tensor ref = yi != cap.outputs.end() && yi->second.dim() > 0 && x.dim() > 0 &&
                                  yi->second.size(0) == x.size(0)
@@ -434,10 +500,17 @@ void layer_output_sqnr(LayerResult& r, Module layer, const at::Tensor& w, const 
                              : layer.forward({x}).toTensor();
   auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
   layer.setattr("weight", fq);
+  if (shift) {
+    *before = tensor_sqnr_db(ref, layer.forward({xq}).toTensor());
+    shift_bias(root, *shift, 1.0);
+  }
   auto y = layer.forward({xq}).toTensor();
   layer.setattr("weight", w);
   r.extra["output_sqnr_db"] = json_number(tensor_sqnr_db(ref, y));
   r.extra["output_sqnr_samples"] = x.size(0);
+  if (shift)
+    r.extra["bias_correction_output_sqnr_db"] = {{"before", json_number(*before)},
+                                                 {"after", r.extra["output_sqnr_db"]}};
 }
 
 // One layer's result: kept float with its reason, or its int8 formats,
@@ -461,7 +534,10 @@ LayerResult static_layer_result(const LayerPlan& lp, StaticSession& s,
   if (!as) return r;
   const QParams& aq = s.table->qparams(as->id);
   r.extra["activation"] = activation_stats(aq, as->obs->name());
-  layer_output_sqnr(r, layer, w, fq, aq, s.capture());
+  auto sh = s.shifts.find(lp.info.name);
+  double before = 0;
+  layer_output_sqnr(r, layer, w, fq, aq, s.capture(), s.folded,
+                    sh == s.shifts.end() ? nullptr : &sh->second, &before);
   return r;
 }
 
@@ -480,8 +556,15 @@ void report_static(QuantizeContext& ctx, StaticSession& s, const Module& q) {
           json_number(tensor_sqnr_db(ref.toTensor(), out.toTensor()));
   }
   s.steps->step("fidelity pass");
-  for (const auto& lp : ctx.plan.layers)
-    ctx.add_layer_result(static_layer_result(lp, s, input_observers));
+  for (const auto& lp : ctx.plan.layers) {
+    LayerResult r = static_layer_result(lp, s, input_observers);
+    if (r.extra.contains("bias_correction_output_sqnr_db")) {
+      ctx.algorithm_facts[lp.info.name]["bias_correction"]["holdout_output_sqnr_db"] =
+          r.extra["bias_correction_output_sqnr_db"];
+      r.extra.erase("bias_correction_output_sqnr_db");
+    }
+    ctx.add_layer_result(std::move(r));
+  }
   s.steps->step("layer SQNR");
 }
 
@@ -490,6 +573,7 @@ void report_static(QuantizeContext& ctx, StaticSession& s, const Module& q) {
 void StaticPtq::convert(QuantizeContext& ctx) {
   if (!s_) throw RuntimeError("static_ptq: quantize called before calibrate");
   auto& s = *s_;
+  if (ctx.plan.algorithms.bias_correction) correct_static_biases(ctx, s);
   Module q = convert_observed(s.observed);
   s.steps->step("convert");
   if (s.check_speed || (ctx.timing_cache && ctx.timing_cache->profile_all))
@@ -498,74 +582,6 @@ void StaticPtq::convert(QuantizeContext& ctx) {
     ctx.backend_meta["latency_check"] = nlohmann::json::array();
   report_static(ctx, s, q);
   ctx.backend_meta["steps"] = s.steps->to_json();
-  ctx.model = q;
-}
-
-}  // namespace tq::libtorch
-
-namespace tq::libtorch {
-
-void StaticPtq::dynamic(QuantizeContext& ctx) {
-  ctx.backend_meta["engine"] = select_engine(ctx);
-  ObserverTable table;
-  jit::QConfigs qd;
-  qd[""] = std::nullopt;
-  std::map<std::string, std::string> reasons;
-  for (const auto& lp : ctx.plan.layers) {
-    if (!lp.quantized()) {
-      reasons[lp.info.name] = lp.why_float();
-      continue;
-    }
-    ObserverTemplate a;  // activations: qparams are chosen at run time
-    a.observer = "minmax";
-    a.cfg.dtype = DType::kUInt8;
-    int ai = table.add_template(a);
-    int wi = table.add_template(weight_template(ctx.plan, &lp));
-    qd[lp.info.name] = std::make_tuple(table.make_module(ai), table.make_module(wi));
-  }
-  Module work = ctx.model.clone();
-  work.eval();
-  Module observed;
-  try {
-    observed = jit::insert_observers(work, qd, QuantType::kDynamic, /*inplace=*/false);
-  } catch (const c10::Error& e) {
-    std::string msg = e.what_without_backtrace();
-    throw RuntimeError("dynamic_ptq: LibTorch could not place observers in this model: " +
-                       msg.substr(0, msg.find('\n')));
-  }
-  table.bind(observed);
-  // No data is needed: weight observers see the weights directly; activation
-  // observers only need to exist (their qparams are chosen at run time).
-  for (const auto& slot : table.slots()) {
-    auto colon = slot->label.rfind(':');
-    std::string owner = slot->label.substr(0, colon);
-    if (slot->label.compare(colon, std::string::npos, ":weight") == 0)
-      table.observe(slot->id, find_submodule(observed, owner).attr("weight").toTensor());
-    else
-      table.observe(slot->id, torch::tensor({0.0f, 1.0f}));
-  }
-  Module q =
-      finish_quantized(jit::insert_quant_dequant(observed, QuantType::kDynamic, /*inplace=*/false),
-                       QuantType::kDynamic);
-
-  for (const auto& lp : ctx.plan.layers) {
-    LayerResult r = layer_result(lp);
-    auto w = find_submodule(work, lp.info.name).attr("weight").toTensor();
-    r.bytes_before = static_cast<size_t>(w.numel()) * w.element_size();
-    auto it = reasons.find(lp.info.name);
-    if (it != reasons.end()) {
-      r.kept_float = true;
-      r.reason = it->second;
-      r.bytes_after = r.bytes_before;
-    } else {
-      r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor"
-                                                                          : "int8/per_channel";
-      r.activation_format = "uint8/dynamic";
-      if (const ObserverSlot* ws = table.find_label(lp.info.name + ":weight"))
-        weight_result(r, w, table.qparams(ws->id));
-    }
-    ctx.add_layer_result(std::move(r));
-  }
   ctx.model = q;
 }
 

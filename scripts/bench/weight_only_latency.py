@@ -36,15 +36,9 @@ import time
 
 import torch
 
-
-def first_tensor(out):
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)) and len(out) > 0:
-        return first_tensor(out[0])
-    if isinstance(out, dict) and out:
-        return first_tensor(next(iter(out.values())))
-    raise TypeError("model output has no tensor (%s)" % type(out).__name__)
+# first_tensor: the output tensor the reference evaluator (scripts/eval_torch.py) reads.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from eval_torch import first_tensor  # noqa: E402
 
 
 def parse_shape(text):

@@ -9,9 +9,12 @@
 #                      cnn_outlier.pt (one layer's input with an outlier channel,
 #                      make_outlier_layer.py),
 #                      mbv2.pt (MobileNetV2-style: depthwise, ReLU6),
+#                      resnet.pt (a narrow ResNet: residual blocks, BN),
 #                      effnet.pt (EfficientNet-style: SiLU, squeeze-excite),
 #                      vit_qkv.pt (timm-style ViT), vit_qkv_outliers.pt (its
 #                      LayerNorm outputs with outlier channels, make_outliers.py)}
+#           demo    -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json}:
+#                      what scripts/demo.sh needs (a part of fmnist)
 #           tv      -> OUTDIR/tv/{resnet18.pt,imagenet_rand_n8_224.npz}
 #           extra   -> OUTDIR/fmnist/{cnn_bn,resnet,vit,mlp}.pt (+ .json); not in "all"
 #           all     -> fmnist tv (the default)
@@ -34,15 +37,16 @@ if [[ $# -gt 0 ]]; then shift; fi
 PARTS=("$@")
 if [[ ${#PARTS[@]} -eq 0 ]]; then PARTS=(all); fi
 
-want_fmnist=0 want_tv=0 want_extra=0
+want_fmnist=0 want_tv=0 want_extra=0 want_demo=0
 for part in "${PARTS[@]}"; do
   case "${part}" in
     all) want_fmnist=1 want_tv=1 want_tiny=1 ;;
     tiny) want_tiny=1 ;;
     fmnist) want_fmnist=1 ;;
+    demo) want_demo=1 ;;
     tv) want_tv=1 ;;
     extra) want_extra=1 ;;
-    *) echo "make_test_models: unknown part '${part}' (fmnist|tv|extra|all)" >&2; exit 2 ;;
+    *) echo "make_test_models: unknown part '${part}' (fmnist|demo|tv|extra|all)" >&2; exit 2 ;;
   esac
 done
 
@@ -224,12 +228,17 @@ fmnist_variant() {
 if [[ ${want_tiny:-0} -eq 1 ]]; then
   tiny_models
 fi
+if [[ ${want_demo} -eq 1 && ${want_fmnist} -eq 0 ]]; then
+  fmnist_data
+  fmnist_model cnn
+fi
 if [[ ${want_fmnist} -eq 1 ]]; then
   fmnist_data
   fmnist_model cnn
   fmnist_variant make_imbalanced.py cnn.pt cnn_imbalanced.pt
   fmnist_variant make_outlier_layer.py cnn.pt cnn_outlier.pt
   fmnist_model mbv2
+  fmnist_model resnet
   fmnist_model effnet
   fmnist_model vit_qkv
   fmnist_variant make_outliers.py vit_qkv.pt vit_qkv_outliers.pt

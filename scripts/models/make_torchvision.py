@@ -23,9 +23,7 @@ Note: scripted googlenet returns GoogLeNetOutputs(logits, aux2=None, aux1=None)
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 
@@ -39,6 +37,9 @@ if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
 import numpy as np
 import torch
 import torchvision
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from atomic_io import atomic_write  # noqa: E402  (sibling module)
 
 SUPPORTED = [
     "resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "shufflenet_v2_x1_0",
@@ -78,22 +79,6 @@ def recalibrate_bn(model, batches=4, size=224):
         for _ in range(batches):
             model(torch.randn(8, 3, size, size, generator=g))
     return model
-
-
-def atomic_write(path, writer):
-    """writer(tmp_path) then rename to path.  The temporary file lives in a
-    private folder under the final basename, because torch.jit.save names the
-    archive's root folder after the file name (keeps output deterministic)."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmpdir = tempfile.mkdtemp(prefix=".tmp-", dir=d)
-    tmp = os.path.join(tmpdir, os.path.basename(path))
-    try:
-        writer(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def first_tensor(out):

@@ -18,9 +18,7 @@ Training is seeded and deterministic for a given torch build and thread count.
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import OrderedDict
 
@@ -37,6 +35,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fmnist_data  # noqa: E402  (sibling module)
+from atomic_io import atomic_write  # noqa: E402  (sibling module)
 
 
 # --------------------------------------------------------------------------
@@ -325,22 +324,6 @@ def evaluate(model, x, y, batch=1000):
     for i in range(0, x.shape[0], batch):
         correct += int((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum())
     return correct / x.shape[0]
-
-
-def atomic_write(path, writer):
-    """writer(tmp_path) then rename to path.  The temporary file lives in a
-    private folder under the final basename, because torch.jit.save names the
-    archive's root folder after the file name (keeps output deterministic)."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmpdir = tempfile.mkdtemp(prefix=".tmp-", dir=d)
-    tmp = os.path.join(tmpdir, os.path.basename(path))
-    try:
-        writer(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def write_json(path, obj):

@@ -7,6 +7,8 @@
 // meets exits 3 and still leaves the best one; bad tune specs exit 2.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "../torch/plugin_test_util.h"
 
 using Catch::Matchers::Contains;
@@ -133,6 +135,42 @@ TEST_CASE("sensitivity in the quantize report: JSON and HTML, the outlier layer 
   CHECK_THAT(r.out, Contains("dataset.test_dataset, which is not set"));
   CHECK(!fs::exists(other.path() / "out"));
   CHECK(bytes_of(out / "quantize_report.json") == before);
+}
+
+TEST_CASE("sensitivity in every quantize report: automatic, about one calibration pass",
+          "[cli][tune]") {
+  tqtest::TempDir dir("sens_auto");
+  const auto spec = spec_for(dir, "cnn_outlier.pt",
+                             "  mode: static_ptq\n  default_layer_dtype: int8\n"
+                             "  backend_kwargs: {latency_check: false}\n");
+  auto r = tqtest::run_cmd(tqtest::cli() + " quantize -e " + tqtest::quote(spec));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const json rep = tqtest::read_json((dir.path() / "out" / "quantize_report.json").string());
+  const json& s = rep["sensitivity"];
+  CHECK(s["automatic"] == true);
+  // 2L+2 = 10 probes over about the calibration pass's samples, within [4, 64].
+  const size_t calib = rep["calibration"]["samples"].get<size_t>();
+  CHECK(s["samples"].get<size_t>() == std::clamp<size_t>((calib + 9) / 10, 4, 64));
+  CHECK(s["formats"] == json::array({"int8"}));
+  REQUIRE(s["layers"].size() == 4);
+  CHECK(s["layers"][0]["name"] == "features.conv2");
+  CHECK(s["layers"][0]["reverse_rank"] == 1);
+  CHECK_THAT(r.out, Contains("sensitive: features.conv2 "));
+  CHECK_THAT(bytes_of(dir.path() / "out" / "quantize_report.html"),
+             Contains("id=\"sensitivity-table\""));
+
+  // No evaluation data: the run succeeds and the report says why there is no table.
+  tqtest::TempDir bare("sens_auto_nodata");
+  const std::string wo =
+      bare.write("spec.yaml", "results_dir: " + (bare.path() / "out").string() +
+                                  "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
+                                  "  default_layer_dtype: int8\n  model_path: " +
+                                  kModels + "/fmnist/cnn.pt\n");
+  r = tao("quantize -e " + tqtest::quote(wo));
+  REQUIRE(r.rc == 0);
+  const json w = tqtest::read_json((bare.path() / "out" / "quantize_report.json").string());
+  CHECK_THAT(w["sensitivity"]["skipped"].get<std::string>(), Contains("no evaluation data"));
 }
 
 TEST_CASE("tune: fewer float layers or bits than reverting the worst-SQNR layers", "[cli][tune]") {

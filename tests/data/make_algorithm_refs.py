@@ -12,7 +12,8 @@ tao-quant's code:
   - The Hessian of a grouped, strided convolution from F.unfold.
   - Empirical bias correction (Nagel et al. 2019, sec. 4.2): the bias minus
     the mean over samples and positions of conv(x, Wq) - conv(x, W), with
-    the whole batch (tao-quant uses the mean input).
+    the whole batch (tao-quant uses the mean input); in static mode with the
+    input quantized too: the mean of conv(Q(x), Wq) - conv(x, W).
   - Cross-layer equalization (Nagel et al. 2019, sec. 4.1), one sweep over
     conv -> ReLU -> depthwise conv -> ReLU -> conv: s_i = sqrt(r1_i / r2_i)
     with r1 the first layer's output-channel ranges and r2 the second's
@@ -231,12 +232,25 @@ def main():
             y, yq = F.linear(xb, wt), F.linear(xb, wq)
             dims = (0, 1)
         corrected = b - (yq - y).mean(dim=dims)
+        # Static mode: the input is quantized too (uint8, min-max affine
+        # qparams over the batch): b - mean(op(Q(x); Wq) - op(x; W)).
+        lo, hi = min(xb.min().item(), 0.0), max(xb.max().item(), 0.0)
+        in_scale = (hi - lo) / 255.0
+        in_zp = int(min(255, max(0, round(-lo / in_scale))))
+        xq = (torch.clamp(torch.round(xb / in_scale) + in_zp, 0, 255) - in_zp) * in_scale
+        if len(wshape) == 4:
+            yqq = F.conv2d(xq, wq, None, **kw_)
+        else:
+            yqq = F.linear(xq, wq)
+        corrected_static = b - (yqq - y).mean(dim=dims)
         refs["bias_correction"].append({"name": name, "w": wt.tolist(), "wq": wq.tolist(),
                                         "x": xb.tolist(), "b": b.tolist(),
                                         "stride": kw_.get("stride", 1),
                                         "padding": kw_.get("padding", 0),
                                         "groups": kw_.get("groups", 1),
-                                        "corrected": corrected.tolist()})
+                                        "corrected": corrected.tolist(),
+                                        "input_scale": in_scale, "input_zero_point": in_zp,
+                                        "corrected_static": corrected_static.tolist()})
     refs["equalization"] = equalization_ref(os.path.join(os.path.dirname(sys.argv[1]), "cle.pt"))
     refs["smoothing"] = smoothing_ref(os.path.join(os.path.dirname(sys.argv[1]), "smooth.pt"))
     with open(sys.argv[1], "w") as f:

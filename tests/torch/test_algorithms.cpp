@@ -105,6 +105,14 @@ TEST_CASE("bias correction matches the whole-batch definition", "[algorithms][bi
     at::Tensor shift = tq::bias_correction_shift(g, x.mean(0), wq - w);
     at::Tensor corrected = tensor_of(r["b"]) + shift;
     CHECK(at::allclose(corrected, tensor_of(r["corrected"]), 1e-6, 1e-9));
+    // Static mode: the input through its uint8 qparams as well.
+    const at::Tensor xq =
+        at::fake_quantize_per_tensor_affine(x.to(at::kFloat), r["input_scale"].get<double>(),
+                                            r["input_zero_point"].get<int64_t>(), 0, 255);
+    const at::Tensor st =
+        tensor_of(r["b"]) + tq::static_bias_shift(g, x.mean(0), xq.to(at::kDouble).mean(0), w, wq);
+    CHECK(at::allclose(st, tensor_of(r["corrected_static"]), 1e-5, 1e-6));
+    CHECK_FALSE(at::allclose(st, corrected, 1e-3, 1e-4));  // the input's error counts
   }
 }
 
@@ -234,15 +242,18 @@ TEST_CASE("equalization keeps the float function and balances the ranges",
 
 namespace {
 
+// Static int8 (latency check off: the result must not depend on timings);
+// `extra`: more `quantize` lines (algorithms).
 tq::QuantizeOutcome static_cnn(const std::string& model, const std::string& dir,
-                               const std::string& granularity, bool equalize) {
+                               const std::string& granularity, bool equalize,
+                               const std::string& extra = "") {
   const std::string yaml =
       "results_dir: " + dir +
       "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
       "  default_activation_dtype: int8\n  backend_kwargs: {latency_check: false}\n"
       "  model_path: " +
-      model + "\n  equalization: " + (equalize ? "true" : "false") +
-      "\n  layers:\n    - module_name: '*'\n      weights: {dtype: int8, granularity: " +
+      model + "\n  equalization: " + (equalize ? "true" : "false") + "\n" + extra +
+      "  layers:\n    - module_name: '*'\n      weights: {dtype: int8, granularity: " +
       granularity + "}\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
       "/fmnist/calib.npz\n    batch_size: 64\n";
   return tq::run_quantize(tq::parse_spec_text(yaml, "<test>"));
@@ -259,13 +270,53 @@ TEST_CASE("static int8 on the imbalanced CNN: equalization undoes the collapse",
     const double plain = top1_of(static_cnn(model, d + "/plain_" + g, g, false).artifact_path);
     auto eq = static_cnn(model, d + "/eq_" + g, g, true);
     const double equalized = top1_of(eq.artifact_path);
+    auto both = static_cnn(model, d + "/eqbc_" + g, g, true, "  bias_correction: true\n");
+    const double corrected = top1_of(both.artifact_path);
     WARN("imbalanced CNN static int8 " << g << ": fp32 " << fp32 << ", minmax " << plain
-                                       << ", equalization " << equalized);
+                                       << ", equalization " << equalized
+                                       << ", equalization + bias correction " << corrected);
     CHECK(fp32 - equalized <= 1.0);
+    CHECK(fp32 - corrected <= 1.0);
     CHECK(equalized > plain);
     if (g == "per_tensor") CHECK(fp32 - plain > 10.0);  // the pathology is real
     CHECK(eq.report["calibration"]["algorithms"]["equalization"]["pairs"] == 3);
+    // Every quantized layer's bias moved, measured on the calibration data.
+    for (const auto& l : both.report["layers"]) {
+      INFO(l["name"].get<std::string>());
+      const auto& bc = l["algorithms"]["bias_correction"];
+      CHECK(bc["applied_to"] == l["name"].get<std::string>() + ".bias");
+      CHECK(bc["input_quantized"] == true);
+      CHECK(bc["samples"].get<int>() > 0);
+    }
   }
+}
+
+TEST_CASE("static int8 on the EfficientNet-style net: bias correction, drop at most 0.5 pt",
+          "[algorithms][bias][effnet][e2e]") {
+  const std::string model = kModels + "/fmnist/effnet.pt", d = tmpdir("effnet_static");
+  const double fp32 = top1_of(model);
+  auto plain = static_cnn(model, d + "/plain", "per_channel", false);
+  auto bc = static_cnn(model, d + "/bc", "per_channel", false, "  bias_correction: true\n");
+  const double t_plain = top1_of(plain.artifact_path), t_bc = top1_of(bc.artifact_path);
+  std::string kept;
+  for (const auto& l : bc.report["layers"])
+    if (l["kept_float"].get<bool>())
+      kept += "\n  " + l["name"].get<std::string>() + ": " + l.value("reason", std::string());
+  WARN("effnet static int8: fp32 " << fp32 << ", minmax " << t_plain << ", bias correction " << t_bc
+                                   << "; layers kept float:" << (kept.empty() ? " none" : kept));
+  CHECK(fp32 - t_bc <= 0.5);
+  CHECK(t_bc >= t_plain - 0.15);
+  // The report says what moved and what it did to each layer's output error.
+  size_t corrected = 0, better = 0;
+  for (const auto& l : bc.report["layers"]) {
+    const auto& a = l["algorithms"]["bias_correction"];
+    if (!a.contains("applied_to")) continue;
+    ++corrected;
+    const auto& sq = a["holdout_output_sqnr_db"];
+    better += sq["after"].get<double>() >= sq["before"].get<double>() - 0.01;
+  }
+  CHECK(corrected >= 10);
+  CHECK(better * 10 >= corrected * 7);  // most layers' held-out output error went down
 }
 
 TEST_CASE("equalization through ReLU6 on the MobileNetV2-style net keeps the function exact",
@@ -293,27 +344,30 @@ TEST_CASE("equalization through ReLU6 on the MobileNetV2-style net keeps the fun
   CHECK(at::allclose(reloaded.forward({x}).toTensor(), after));
 }
 
-TEST_CASE("int4 per-channel on the MobileNetV2-style net: GPTQ beats nearest",
+TEST_CASE("int4 per-channel on the MobileNetV2-style net and the ResNet: GPTQ beats nearest",
           "[algorithms][gptq][mbv2][e2e]") {
-  const std::string model = kModels + "/fmnist/mbv2.pt", d = tmpdir("mbv2_int4");
-  const double fp32 = top1_of(model);
-  auto run = [&](const std::string& name, const std::string& extra) {
-    const std::string yaml = "results_dir: " + d + "/" + name +
-                             "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
-                             "  default_layer_dtype: int4\n  model_path: " +
-                             model +
-                             "\n  layers:\n    - module_name: '*'\n"
-                             "      weights: {dtype: int4, granularity: per_channel}\n" +
-                             extra +
-                             "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
-                             "/fmnist/calib.npz\n    batch_size: 64\n";
-    return top1_of(tq::run_quantize(tq::parse_spec_text(yaml, "<test>")).artifact_path);
-  };
-  const double nearest = run("nearest", ""), gptq = run("gptq", "  weight_rounding: gptq\n");
-  WARN("mbv2 int4 per-channel: fp32 " << fp32 << ", nearest " << nearest << ", gptq " << gptq);
-  CHECK(gptq >= nearest - 0.05);
-  CHECK(fp32 - gptq <= 1.0);
-  if (fp32 - nearest > 0.3) CHECK(fp32 - gptq <= 0.6 * (fp32 - nearest));
+  for (const std::string net : {"mbv2", "resnet"}) {
+    INFO(net);
+    const std::string model = kModels + "/fmnist/" + net + ".pt", d = tmpdir(net + "_int4");
+    const double fp32 = top1_of(model);
+    auto run = [&](const std::string& name, const std::string& extra) {
+      const std::string yaml = "results_dir: " + d + "/" + name +
+                               "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
+                               "  default_layer_dtype: int4\n  model_path: " +
+                               model +
+                               "\n  layers:\n    - module_name: '*'\n"
+                               "      weights: {dtype: int4, granularity: per_channel}\n" +
+                               extra +
+                               "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
+                               "/fmnist/calib.npz\n    batch_size: 64\n";
+      return top1_of(tq::run_quantize(tq::parse_spec_text(yaml, "<test>")).artifact_path);
+    };
+    const double nearest = run("nearest", ""), gptq = run("gptq", "  weight_rounding: gptq\n");
+    WARN(net << " int4 per-channel: fp32 " << fp32 << ", nearest " << nearest << ", gptq " << gptq);
+    CHECK(gptq >= nearest - 0.05);
+    CHECK(fp32 - gptq <= 1.0);
+    if (fp32 - nearest > 0.3) CHECK(fp32 - gptq <= 0.6 * (fp32 - nearest));
+  }
 }
 
 TEST_CASE("equalization scales match the DFQ definition computed in Python",

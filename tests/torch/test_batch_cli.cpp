@@ -249,6 +249,17 @@ TEST_CASE("batch CLI: a killed batch resumes with only the missing jobs", "[batc
   // Everything done: a third run reuses all four.
   CHECK(cli(d, "batch manifest.yaml --resume -o out") == 0);
   CHECK(read_json(out_dir + "/batch_summary.json")["totals"]["resumed"] == 4);
+  // An artifact its report does not describe (as a quantize killed between
+  // its two renames leaves) is not reused: that job runs again.
+  fs::copy_file(out_dir + "/cnn-int4/quantized_model_libtorch.pth",
+                out_dir + "/cnn-int8/quantized_model_libtorch.pth",
+                fs::copy_options::overwrite_existing);
+  CHECK(cli(d, "batch manifest.yaml --resume -o out") == 0);
+  INFO(slurp(d / "cli.txt"));
+  CHECK_THAT(slurp(d / "cli.txt"), Contains("cnn-int8 runs again: incomplete result"));
+  const json again = read_json(out_dir + "/batch_summary.json");
+  CHECK(again["totals"]["resumed"] == 3);
+  for (const auto& j : again["jobs"]) CHECK(j["resumed"] == (j["id"] != "cnn-int8"));
 }
 
 TEST_CASE("batch CLI: two shards merged equal the unsharded run", "[batch][cli]") {

@@ -25,6 +25,8 @@ them. The values follow simple formulas the tests recompute:
   mismatch.npz       fmnist-shaped x randn [16,1,28,28] f32, y = arange(16) % 13 (labels up to 12)
   nolabels.npz       fmnist-shaped x randn [16,1,28,28] f32, no y
   corrupt.npz        not a zip file
+  raising.pt         a scripted Conv2d(1, 4, 3) model whose forward raises its own
+                     ValueError (a two-line message) on fmnist-shaped input
 """
 
 import os
@@ -32,6 +34,21 @@ import sys
 
 import numpy as np
 import torch
+
+
+class Raising(torch.nn.Module):
+    """A model whose own input check fails: its error must reach the user."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if bool(y.abs().sum() >= 0):
+            raise ValueError("input rejected by the model: values must be in [-1, 1]\n"
+                             "(normalize the calibration data first)")
+        return y
 
 
 def main(argv):
@@ -64,6 +81,7 @@ def main(argv):
     torch.save(t, p("tensor.pt"))
     torch.save((t, torch.arange(6)), p("tuple.pt"))
     torch.save({"x": t, "y": torch.arange(6) % 2}, p("dict.pt"))
+    torch.jit.script(Raising()).save(p("raising.pt"))
 
     rng = np.random.default_rng(0)
     fx = rng.standard_normal((16, 1, 28, 28)).astype(np.float32)

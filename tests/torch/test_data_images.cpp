@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
 
 #include <torch/script.h>
 #include <opencv2/imgcodecs.hpp>
@@ -228,6 +229,41 @@ TEST_CASE("check_input_fits names the data shape and the model's first layer", "
              Contains("calibration/test data shape [1,3,32,32] does not fit the model's input") &&
                  Contains("first layer 'features.conv1' Conv2d expects 1 input channels") &&
                  Contains("to have 1 channels, but got 3 channels"));
+  // A uint8 input of the right shape is a dtype mismatch: still "does not fit".
+  bad.inputs = {at::zeros({4, 1, 28, 28}, at::kByte)};
+  e = catch_error([&] { tq::check_input_fits(model, bad); });
+  CHECK_THAT(e.msg, Contains("does not fit the model's input"));
+}
+
+TEST_CASE("a model whose own code raises: its message, not 'does not fit'", "[data][check]") {
+  auto model = torch::jit::load(fixture("raising.pt"));
+  model.eval();
+  tq::Batch b;
+  b.inputs = {at::zeros({4, 1, 28, 28})};
+  auto e = catch_error([&] { tq::check_input_fits(model, b); });
+  CHECK(e.code == tq::ExitCode::kRuntime);
+  CHECK_THAT(e.msg, Contains("the model's forward failed on the calibration/test data (shape "
+                             "[1,1,28,28], which its first layer 'conv' Conv2d expects 1 input "
+                             "channels takes)") &&
+                        Contains("input rejected by the model: values must be in [-1, 1]") &&
+                        Contains("(normalize the calibration data first)") &&
+                        !Contains("does not fit"));
+  // Through the binary, with and without -v: the model's message reaches the user.
+  const std::string dir = temp_dir("raising");
+  const std::string spec = dir + "/spec.yaml";
+  std::ofstream(spec) << "results_dir: " << dir
+                      << "/out\nquantize:\n  backend: libtorch\n  mode: static_ptq\n"
+                         "  default_layer_dtype: int8\n  model_path: "
+                      << fixture("raising.pt")
+                      << "\ndataset:\n  quant_calibration_dataset:\n    data_file: "
+                      << models("fmnist/calib.npz") << "\n    batch_size: 8\n";
+  for (const std::string flag : {"", " -v"}) {
+    INFO(flag);
+    const Run r = run_cmd(std::string(TQ_CLI) + flag + " quantize -e " + spec);
+    CHECK(r.status == 1);
+    CHECK_THAT(r.out, Contains("input rejected by the model: values must be in [-1, 1]") &&
+                          !Contains("does not fit"));
+  }
 }
 
 TEST_CASE("the Fashion-MNIST PNGs, normalized, equal test.npz", "[data][images][fmnist]") {

@@ -64,6 +64,11 @@ struct ModeCaps {
   // weights stored per_channel. The plan shows the narrowed format and a warning.
   std::vector<std::pair<DType, DType>> activation_as;
   std::vector<std::pair<Granularity, Granularity>> granularity_as;
+  // Static mode: the backend rounds the weights itself and calls
+  // tq::correct_biases (weight_algorithms.h) with them; without it a spec
+  // with bias_correction is refused. (Weight-only mode: the library corrects
+  // before the backend stores the weights, for every backend.)
+  bool bias_correction = false;
 };
 
 // What a backend can do. Checked against the spec before the model loads.

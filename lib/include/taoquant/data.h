@@ -79,10 +79,14 @@ class CalibrationData {
 std::unique_ptr<DataLoader> make_data_loader(const Spec& spec, const DataSourceSpec& src,
                                              const std::string& key, bool want_labels);
 
-// Runs one forward pass on the first sample of `b`. When LibTorch rejects it
-// (a shape or dtype mismatch), throws RuntimeError:
+// Runs one forward pass on the first sample of `b`. When it fails, throws
+// RuntimeError. A shape or dtype mismatch at the model's first layer:
 //   "<what> shape [1,3,32,32] does not fit the model's input (first layer
 //    'features.conv1' Conv2d expects 1 input channels): <LibTorch's message>"
+// otherwise (the input is what the first layer takes) the model's own error,
+// as its code raised it:
+//   "the model's forward failed on the <what> (shape [1,1,28,28], which its
+//    first layer ... takes): <the model's message>"
 void check_input_fits(const torch::jit::Module& model, const Batch& b,
                       const std::string& what = "calibration/test data");
 

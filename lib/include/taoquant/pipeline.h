@@ -25,6 +25,9 @@ struct QuantizeOptions {
   // `profile`: time every layer and the whole model into the timing cache
   // and write only the cache (no artifact, no report).
   bool profile = false;
+  // Without quantize.sensitivity, the report still gets a small sensitivity
+  // table (automatic_sensitivity_samples); tune's own runs turn it off.
+  bool sensitivity_by_default = true;
 };
 
 struct QuantizeOutcome {

@@ -30,6 +30,8 @@ struct SensitivityOptions {
   std::string data;            // "test" or "calibration"; empty: test when set
   size_t max_samples = 1000;
   TuneProgress on_progress;
+  // Not asked for: the table every quantize report gets by default.
+  bool automatic = false;
 };
 
 struct FormatEffect {
@@ -66,8 +68,15 @@ struct SensitivityReport {
 
 SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& opts = {});
 // quantize.sensitivity (true, or {formats, samples, data}): what `quantize`
-// measures for its report; nullopt when unset or false.
-std::optional<SensitivityOptions> sensitivity_request(const Spec& spec);
+// measures for its report; nullopt when false. Unset: the automatic table
+// (the plan's formats, `automatic` set; the caller sizes its sample) when
+// `by_default`, else nullopt.
+std::optional<SensitivityOptions> sensitivity_request(const Spec& spec, bool by_default = false);
+// Samples per probe of the automatic table: its 2L+2 forward passes (L
+// quantized layers, each alone and each alone float, plus all and none)
+// cost about one pass over `calibration_samples` (256 when nothing was
+// calibrated), within [4, 64].
+size_t automatic_sensitivity_samples(size_t quantized_layers, size_t calibration_samples);
 // The evaluation data of sensitivity and tune for `data` ("test",
 // "calibration", or empty: test when set): its spec key, checked to be set
 // (SpecError otherwise) before any work.

@@ -66,6 +66,42 @@ std::vector<float> gptq_round(const at::Tensor& weight, const at::Tensor& h,
 at::Tensor bias_correction_shift(const LayerGeometry& g, const at::Tensor& mean_input,
                                  const at::Tensor& weight_delta);
 
+// Bias correction for a backend that rounds the weights itself (static
+// mode): per layer, the weight values it stores and the fake-quantization
+// of the layer's input (input_scale 0: the input stays float).
+struct StaticBiasLayer {
+  at::Tensor weight;  // dequantized, shaped as the layer's weight
+  double input_scale = 0;
+  int64_t input_zero_point = 0, input_qmin = 0, input_qmax = 255;
+};
+// A correction as applied: the tensor attribute that moved (a layer's
+// "bias", or a BatchNorm's "running_mean", which moves the other way) and
+// the shift added to the output.
+struct BiasShift {
+  std::string target;  // module path + "." + attribute
+  at::Tensor shift;    // [out_channels], float64
+};
+// The static correction: the shift to add to the bias so that the layer's
+// mean output is unchanged when both its input (mean `mean_quantized_input`
+// instead of `mean_input`, one sample each) and its weight (`wq` instead of
+// `w`) are quantized: -mean(op(Q(x); Wq) - op(x; W)) per output channel.
+at::Tensor static_bias_shift(const LayerGeometry& g, const at::Tensor& mean_input,
+                             const at::Tensor& mean_quantized_input, const at::Tensor& w,
+                             const at::Tensor& wq);
+// Streams `reference` (the float model the backend quantizes) over the
+// calibration data for each layer's mean input x and mean quantized input
+// Q(x), and adds -mean(op(Q(x); Wq) - op(x; W)) per output channel to the
+// layer's bias in `target` (else the running mean of the BatchNorm that
+// alone reads its output), in place: shallow copies sharing the tensors
+// see it. The layer is linear in x, so the mean output error is that of
+// the mean inputs (padding included). Facts go to ctx.algorithm_facts.
+std::map<std::string, BiasShift> correct_biases(
+    QuantizeContext& ctx, const torch::jit::Module& reference, torch::jit::Module& target,
+    CalibrationData& data, const std::map<std::string, StaticBiasLayer>& layers);
+// Adds sign * the shift to the output of its layer in `target` (sign -1
+// undoes a correction, for a layer the backend then keeps float).
+void shift_bias(torch::jit::Module& target, const BiasShift& b, double sign);
+
 // Cross-layer equalization: a pair of layers whose channels can be scaled
 // against each other without changing the function.
 struct EqualizationPair {

@@ -28,8 +28,9 @@ const std::vector<AlgorithmDef>& algorithm_defs() {
        {Mode::kWeightOnly}},
       {"bias_correction",
        "true: subtract each quantized layer's mean output error, measured on the calibration "
-       "data, from its bias",
-       {Mode::kWeightOnly}},
+       "data, from its bias (static_ptq: from the weights and input quantization the backend "
+       "chose, after BatchNorm folding)",
+       {Mode::kWeightOnly, Mode::kStatic}},
   };
   return defs;
 }

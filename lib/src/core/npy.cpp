@@ -12,39 +12,47 @@
 
 namespace tq::data {
 
+namespace {
+
+// Each element type: numpy's name, its NPY descr code (after the byte order)
+// and its size in bytes.
+struct ElemInfo {
+  ElemType type;
+  const char* name;
+  const char* code;
+  size_t size;
+};
+constexpr ElemInfo kElems[] = {{ElemType::kFloat32, "float32", "f4", 4},
+                               {ElemType::kFloat64, "float64", "f8", 8},
+                               {ElemType::kUInt8, "uint8", "u1", 1},
+                               {ElemType::kInt32, "int32", "i4", 4},
+                               {ElemType::kInt64, "int64", "i8", 8}};
+
+const ElemInfo* info(ElemType t) {
+  for (const auto& e : kElems)
+    if (e.type == t) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
 const char* elem_name(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat32:
-      return "float32";
-    case ElemType::kFloat64:
-      return "float64";
-    case ElemType::kUInt8:
-      return "uint8";
-    case ElemType::kInt32:
-      return "int32";
-    case ElemType::kInt64:
-      return "int64";
-  }
-  return "?";
+  const ElemInfo* e = info(t);
+  return e ? e->name : "?";
 }
 
 size_t elem_size(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat32:
-    case ElemType::kInt32:
-      return 4;
-    case ElemType::kFloat64:
-    case ElemType::kInt64:
-      return 8;
-    case ElemType::kUInt8:
-      return 1;
-  }
-  return 1;
+  const ElemInfo* e = info(t);
+  return e ? e->size : 1;
+}
+
+std::string supported_elems() {
+  std::string out;
+  for (const auto& e : kElems) out += (out.empty() ? "" : ", ") + std::string(e.name);
+  return out;
 }
 
 namespace {
-
-constexpr const char* kSupported = "float32, float64, uint8, int32, int64";
 
 // numpy's name for a descr like '<f2' ("float16"), for messages.
 std::string numpy_name(const std::string& descr) {
@@ -115,7 +123,8 @@ ElemType parse_descr(const std::string& d, const std::string& where) {
   if (d.empty()) throw RuntimeError(where + ": NPY header has no 'descr'");
   if (d[0] == '[')
     throw RuntimeError(
-        where + ": structured (record) arrays are not supported; supported dtypes: " + kSupported);
+        where +
+        ": structured (record) arrays are not supported; supported dtypes: " + supported_elems());
   char quote = d[0];
   auto end = d.find(quote, 1);
   if ((quote != '\'' && quote != '"') || end == std::string::npos)
@@ -129,19 +138,11 @@ ElemType parse_descr(const std::string& d, const std::string& where) {
     throw RuntimeError(
         where + ": big-endian dtype '" + descr + "' (" + numpy_name(descr) +
         ") is not supported; save little-endian data (x.astype(x.dtype.newbyteorder('<')))");
-  if (code == "f4")
-    return ElemType::kFloat32;
-  else if (code == "f8")
-    return ElemType::kFloat64;
-  else if (code == "u1")
-    return ElemType::kUInt8;
-  else if (code == "i4")
-    return ElemType::kInt32;
-  else if (code == "i8")
-    return ElemType::kInt64;
-  else
-    throw RuntimeError(where + ": unsupported dtype " + numpy_name(descr) + " ('" + descr +
-                       "'); supported: " + kSupported + " (convert with .astype(numpy.float32))");
+  for (const auto& e : kElems)
+    if (code == e.code) return e.type;
+  throw RuntimeError(where + ": unsupported dtype " + numpy_name(descr) + " ('" + descr +
+                     "'); supported: " + supported_elems() +
+                     " (convert with .astype(numpy.float32))");
 }
 
 // The dimensions of an NPY `shape` value ('(512, 1, 28, 28)').

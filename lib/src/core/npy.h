@@ -14,6 +14,8 @@ namespace tq::data {
 enum class ElemType { kFloat32, kFloat64, kUInt8, kInt32, kInt64 };
 const char* elem_name(ElemType t);  // "float32", ...
 size_t elem_size(ElemType t);
+// "float32, float64, uint8, int32, int64": the types above, for messages.
+std::string supported_elems();
 
 // A parsed NPY header.
 struct NpyHeader {

@@ -69,30 +69,32 @@ const std::map<std::string, std::string>& templates() {
   return all;
 }
 
+// Each report kind: the template that renders it and its view-model.
+struct ReportKind {
+  HtmlReport kind;
+  const char* template_name;
+  nlohmann::json (*view)(const nlohmann::json& report);
+};
+const ReportKind kReportKinds[] = {{HtmlReport::kQuantize, "quantize", html_view::quantize},
+                                   {HtmlReport::kEvaluate, "evaluate", html_view::evaluate},
+                                   {HtmlReport::kBatch, "batch", html_view::batch}};
+
+const ReportKind* report_kind(HtmlReport kind) {
+  for (const auto& k : kReportKinds)
+    if (k.kind == kind) return &k;
+  return nullptr;
+}
+
 const char* template_of(HtmlReport kind) {
-  switch (kind) {
-    case HtmlReport::kQuantize:
-      return "quantize";
-    case HtmlReport::kEvaluate:
-      return "evaluate";
-    case HtmlReport::kBatch:
-      return "batch";
-  }
-  return "quantize";
+  const ReportKind* k = report_kind(kind);
+  return k ? k->template_name : "quantize";
 }
 
 }  // namespace
 
 nlohmann::json html_view_model(HtmlReport kind, const nlohmann::json& report) {
-  switch (kind) {
-    case HtmlReport::kQuantize:
-      return html_view::quantize(report);
-    case HtmlReport::kEvaluate:
-      return html_view::evaluate(report);
-    case HtmlReport::kBatch:
-      return html_view::batch(report);
-  }
-  return {};
+  const ReportKind* k = report_kind(kind);
+  return k ? k->view(report) : nlohmann::json{};
 }
 
 std::string render_html_report(HtmlReport kind, const nlohmann::json& report) {

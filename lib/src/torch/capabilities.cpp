@@ -146,6 +146,11 @@ BackendOptions check_capabilities(const Spec& spec, const BackendRegistry::Resol
     throw SpecError(spec.loc("quantize.mode"), msg);
   }
   const ModeCaps mc = b.info->caps.for_mode(q.mode);
+  if (q.algorithms.bias_correction && q.mode == Mode::kStatic && !mc.bias_correction)
+    throw SpecError(spec.loc("quantize.bias_correction"),
+                    "quantize.bias_correction: " + backend_label(b) +
+                        " rounds its static_ptq weights itself and does not apply bias "
+                        "correction (backends that do: libtorch, fakequant)");
   check_observer_name(spec, q.algorithm, "quantize.algorithm");
   check_dtype(spec, b, mc, q.default_layer_dtype, true, "quantize.default_layer_dtype");
   if (q.mode != Mode::kWeightOnly)
@@ -265,7 +270,8 @@ nlohmann::json backend_to_json(const BackendInfo& b) {
                         {"activation_dtypes", names(mc.activation_dtypes)},
                         {"layer_kinds", names(mc.layer_kinds)},
                         {"granularities", names(mc.granularities)},
-                        {"kernel", mc.kernel}});
+                        {"kernel", mc.kernel},
+                        {"bias_correction", m == Mode::kWeightOnly || mc.bias_correction}});
   }
   return {{"name", b.name},
           {"description", b.description},

@@ -12,6 +12,7 @@
 #include <torch/script.h>
 
 #include "core/messages.h"
+#include "taoquant/batch.h"
 #include "taoquant/jit.h"
 
 namespace tq {
@@ -124,46 +125,10 @@ size_t model_tensor_bytes(const torch::jit::Module& model) {
   return n;
 }
 
-namespace {
-
-std::string temp_path_for(const std::string& path) {
-  fs::path p(path);
-  return (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(::getpid())))
-      .string();
-}
-
-void ensure_parent(const std::string& path) {
-  fs::path parent = fs::path(path).parent_path();
-  if (parent.empty()) return;
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) throw RuntimeError("cannot create directory '" + parent.string() + "': " + ec.message());
-}
-
-void rename_into_place(const std::string& tmp, const std::string& path) {
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    throw RuntimeError("cannot move '" + tmp + "' to '" + path + "': " + std::strerror(err));
-  }
-}
-
-}  // namespace
-
+// One implementation of the atomic write (unique temporary name, EINTR,
+// fsync of the file and of its directory): the torch-free one.
 void write_file_atomic(const std::string& path, const std::string& data) {
-  ensure_parent(path);
-  std::string tmp = temp_path_for(path);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw RuntimeError("cannot write '" + tmp + "': " + std::strerror(errno));
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw RuntimeError("write to '" + path + "' failed: " + std::strerror(errno));
-    }
-  }
-  rename_into_place(tmp, path);
+  write_text_atomic(path, data);
 }
 
 void save_module_atomic(const torch::jit::Module& model, const std::string& path,

@@ -15,6 +15,7 @@
 #include "taoquant/latency.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
+#include "taoquant/result_files.h"
 #include "taoquant/steps.h"
 #include "taoquant/timing_cache.h"
 #include "taoquant/tune.h"
@@ -203,7 +204,9 @@ void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ct
     times.algorithms_s += since(ta);
     ctx.calibration = data->facts();
   }
-  if (plan_runs(ctx.plan, {"gptq", "bias_correction"})) {
+  // (In static mode the backend corrects biases itself: correct_biases.)
+  if (plan_runs(ctx.plan, {"gptq"}) ||
+      (ctx.plan.mode == Mode::kWeightOnly && plan_runs(ctx.plan, {"bias_correction"}))) {
     // The library's algorithm stage (GPTQ, bias correction) on the float model.
     open_data();
     const auto ta = Clock::now();
@@ -267,22 +270,23 @@ void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContex
 // The backend writes the artifact. A backend that fails while writing leaves
 // no partial artifact: a file it created or changed at the path is removed
 // (an older artifact it never touched stays).
-void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::string& path,
+// The backend saves the artifact under its temporary name (partial_path),
+// made durable; on any failure that file is gone and the earlier result, if
+// any, is untouched.
+void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::string& partial,
                    bool verbose) {
   const std::string& name = ctx.plan.backend_requested;
   std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);  // the backend writes into it
-  const bool existed = fs::exists(path, ec);
-  const auto mtime = existed ? fs::last_write_time(path, ec) : fs::file_time_type::min();
+  fs::create_directories(fs::path(partial).parent_path(), ec);  // the backend writes into it
   try {
-    run_stage(name, "save_model", verbose, [&] { quantizer.save_model(ctx, path); });
+    run_stage(name, "save_model", verbose, [&] { quantizer.save_model(ctx, partial); });
+    if (!fs::exists(partial))
+      throw RuntimeError("backend '" + name + "' did not write the artifact '" + partial + "'");
+    sync_file(partial);
   } catch (...) {
-    if (fs::exists(path, ec) && (!existed || fs::last_write_time(path, ec) != mtime))
-      fs::remove(path, ec);
+    fs::remove(partial, ec);
     throw;
   }
-  if (!fs::exists(path))
-    throw RuntimeError("backend '" + name + "' did not write the artifact '" + path + "'");
 }
 
 // The run's timing cache: the spec's (checked against this machine), else
@@ -329,13 +333,56 @@ CheckedBackend check_before_model(const Spec& spec) {
   return checked;
 }
 
-// The previous run's reports go before the new artifact is written: a run
-// that stops between the artifact and its report (killed, or failing late)
-// leaves an artifact without a report, never one with another run's report.
-void remove_stale_reports(const std::string& report_path) {
-  std::error_code ec;
-  fs::remove(report_path, ec);
-  fs::remove(html_report_path(report_path), ec);
+// One result (result_files.h): the report, with the artifact's
+// fingerprint, is written whole and synced under its temporary name, then
+// renamed into place first, the artifact last, and the directory synced.
+// A failure before the renames leaves the earlier pair as it was.
+void publish_result(QuantizeOutcome& out, const std::string& artifact_partial) {
+  const std::string report_partial = partial_path(out.report_path);
+  try {
+    out.report["artifact"].update(
+        artifact_fingerprint(artifact_partial, fs::path(out.artifact_path).filename().string()));
+    write_file_atomic(report_partial, out.report.dump(2) + "\n");
+    rename_file(report_partial, out.report_path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(artifact_partial, ec);
+    fs::remove(report_partial, ec);
+    throw;
+  }
+  rename_durably(artifact_partial, out.artifact_path);
+  spdlog::debug("wrote {} and {}", out.report_path, out.artifact_path);
+}
+
+// The report's sensitivity table (each layer alone, on the evaluation
+// data): as quantize.sensitivity asks, or, when unset, the automatic one:
+// the plan's formats on a sample that keeps its cost near one calibration
+// pass. The automatic table never fails the run: without evaluation data,
+// or when it cannot be measured, the report says why it is missing.
+nlohmann::json report_sensitivity(const Spec& spec, const QuantizeOutcome& out,
+                                  const QuantizeOptions& opts) {
+  auto so = sensitivity_request(spec, opts.sensitivity_by_default);
+  if (!so) return nullptr;
+  so->on_progress = opts.on_progress;
+  if (!so->automatic) return run_sensitivity(spec, *so).to_json();
+  if (!spec.dataset.test_dataset && !spec.dataset.quant_calibration_dataset)
+    return {{"automatic", true},
+            {"skipped",
+             "no evaluation data: set dataset.test_dataset or "
+             "dataset.quant_calibration_dataset (quantize.sensitivity: false turns this off)"}};
+  const auto quantized = std::count_if(out.plan.layers.begin(), out.plan.layers.end(),
+                                       [](const LayerPlan& lp) { return lp.quantized(); });
+  if (quantized == 0) return {{"automatic", true}, {"skipped", "no layer is quantized"}};
+  so->max_samples = automatic_sensitivity_samples(static_cast<size_t>(quantized),
+                                                  out.calibration.value("samples", size_t{0}));
+  try {
+    nlohmann::json j = run_sensitivity(spec, *so).to_json();
+    j["automatic"] = true;
+    return j;
+  } catch (const std::exception& e) {
+    spdlog::debug("automatic sensitivity: {}", e.what());
+    return {{"automatic", true}, {"skipped", first_line(e.what())}};
+  }
 }
 
 }  // namespace
@@ -378,33 +425,38 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   if (opts.profile) return out;
   embed_metadata(spec, out, ctx);
   t0 = Clock::now();
-  remove_stale_reports(out.report_path);
-  save_artifact(*quantizer, ctx, out.artifact_path, opts.verbose);
+  const std::string partial = partial_path(out.artifact_path);
+  save_artifact(*quantizer, ctx, partial, opts.verbose);
   times.save_s = since(t0);
-  out.artifact_file_bytes = file_size_or_zero(out.artifact_path);
+  out.artifact_file_bytes = file_size_or_zero(partial);
   out.total_seconds = since(t_start);
 
-  QuantizeReportInput in{spec,
-                         out,
-                         ctx.backend_meta,
-                         checked.backend.info->origin,
-                         {{"load_s", load_s},
-                          {"plan_s", plan_s},
-                          {"algorithms_s", times.algorithms_s},
-                          {"calibrate_s", times.calibrate_s},
-                          {"quantize_s", times.quantize_s},
-                          {"save_s", times.save_s},
-                          {"total_s", out.total_seconds}}};
-  out.report = make_quantize_report(in);
-  out.report["timing_cache"] = out.timing_cache;
-  if (auto so = sensitivity_request(spec)) {  // each layer alone, on the evaluation data
+  try {  // the report; on failure the unpublished artifact goes too
+    QuantizeReportInput in{spec,
+                           out,
+                           ctx.backend_meta,
+                           checked.backend.info->origin,
+                           {{"load_s", load_s},
+                            {"plan_s", plan_s},
+                            {"algorithms_s", times.algorithms_s},
+                            {"calibrate_s", times.calibrate_s},
+                            {"quantize_s", times.quantize_s},
+                            {"save_s", times.save_s},
+                            {"total_s", out.total_seconds}}};
+    out.report = make_quantize_report(in);
+    out.report["timing_cache"] = out.timing_cache;
     t0 = Clock::now();
-    so->on_progress = opts.on_progress;
-    out.report["sensitivity"] = run_sensitivity(spec, *so).to_json();
-    out.report["timings"]["sensitivity_s"] = since(t0);
+    nlohmann::json sensitivity = report_sensitivity(spec, out, opts);
+    if (!sensitivity.is_null()) {
+      out.report["sensitivity"] = std::move(sensitivity);
+      out.report["timings"]["sensitivity_s"] = since(t0);
+    }
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(partial, ec);
+    throw;
   }
-  write_file_atomic(out.report_path, out.report.dump(2) + "\n");
-  spdlog::debug("wrote {} and {}", out.artifact_path, out.report_path);
+  publish_result(out, partial);
   return out;
 }
 

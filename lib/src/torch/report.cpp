@@ -125,6 +125,23 @@ std::string format_layer_line(const LayerResult& r, size_t index, size_t total, 
   return os.str();
 }
 
+// The report's most sensitive layers in one line (each alone quantized:
+// the model's output SQNR), or nothing without a table.
+static std::string sensitivity_line(const nlohmann::json& report) {
+  const auto it = report.find("sensitivity");
+  if (it == report.end() || !it->is_object() || !it->contains("layers")) return "";
+  std::vector<std::string> worst;
+  for (const auto& l : (*it)["layers"]) {
+    if (worst.size() == 3) break;
+    const auto& db = l["worst_sqnr_db"];
+    worst.push_back(l["name"].get<std::string>() + " " +
+                    (db.is_number() ? fixed(db.get<double>(), 1) + " dB" : "inf"));
+  }
+  if (worst.empty()) return "";
+  return "sensitive: " + join(worst, ", ") + " (each alone; " +
+         std::to_string((*it)["samples"].get<size_t>()) + " samples; report: sensitivity)\n";
+}
+
 std::string format_quantize_summary(const QuantizeOutcome& out) {
   size_t wb = 0, wa = 0, nq = 0;
   for (const auto& r : out.layers) {
@@ -148,6 +165,7 @@ std::string format_quantize_summary(const QuantizeOutcome& out) {
   os << format_table({"", "before", "after", "ratio"}, rows, {false, true, true, true});
   os << "artifact: " << out.artifact_path << "\nreport:   " << out.report_path << "\n";
   os << "time:     " << fixed(out.total_seconds, 2) << " s\n";
+  os << sensitivity_line(out.report);
   for (const auto& w : out.warnings) os << "warning: " << w << "\n";
   return os.str();
 }

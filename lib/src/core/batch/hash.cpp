@@ -10,6 +10,7 @@
 #include <random>
 
 #include "taoquant/batch.h"
+#include "taoquant/result_files.h"
 
 namespace tq {
 namespace {
@@ -175,12 +176,7 @@ void write_text_atomic(const std::string& path, const std::string& data) {
     ::unlink(tmp.c_str());
     throw RuntimeError("cannot write '" + tmp.string() + "': " + std::strerror(err));
   }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw RuntimeError("cannot rename '" + tmp.string() + "' to '" + path +
-                       "': " + std::strerror(err));
-  }
+  rename_durably(tmp.string(), path);
 }
 
 }  // namespace tq

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/batch/internal.h"
+#include "taoquant/result_files.h"
 #include "taoquant/spec.h"
 
 namespace tq::batch_detail {
@@ -157,6 +158,17 @@ JobPlan plan_job(const BatchJob& job, const std::string& out_dir, HashCache& cac
   return p;
 }
 
+// What is wrong with the quantize result (artifact + report) in a job's
+// folder, or "" (result_files.h); a job without one has nothing to check.
+static std::string result_pair_in(const std::string& dir) {
+  const std::string report = (fs::path(dir) / "quantize_report.json").string();
+  auto q = read_json(report);
+  if (!q || !q->contains("artifact") || !(*q)["artifact"].is_object()) return "";
+  const std::string art = (*q)["artifact"].value("path", "");
+  if (art.empty()) return "";
+  return result_pair_problem((fs::path(dir) / fs::path(art).filename()).string(), report);
+}
+
 std::optional<JobResult> recorded_result(const JobPlan& plan, std::string& why) {
   const std::string path = (fs::path(plan.dir) / kResultFile).string();
   auto j = read_json(path);
@@ -184,6 +196,8 @@ std::optional<JobResult> recorded_result(const JobPlan& plan, std::string& why) 
         }
       return std::nullopt;
     }
+    why = result_pair_in(plan.dir);
+    if (!why.empty()) return std::nullopt;
     r.index = plan.job->index;
     r.dir = plan.dir;
     r.resumed = true;

@@ -252,7 +252,10 @@ void Runner::start(size_t pos) {
       if (o_.on_job_done) o_.on_job_done(*rec, progress_);
       return;
     }
-    spdlog::debug("batch: {} runs again: {}", job.id, why);
+    if (why.rfind("incomplete result", 0) == 0)  // refused, not merely stale: say so
+      spdlog::warn("batch: {} runs again: {}", job.id, why);
+    else
+      spdlog::debug("batch: {} runs again: {}", job.id, why);
   }
   std::error_code ec;
   fs::create_directories(a->plan.dir, ec);

@@ -13,15 +13,18 @@ namespace tq {
 
 using nlohmann::json;
 
+namespace {
+
+// Each job status and its name in summaries (to_string and the JSON reader).
+constexpr std::pair<JobStatus, const char*> kStatusNames[] = {{JobStatus::kPassed, "passed"},
+                                                              {JobStatus::kFailed, "failed"},
+                                                              {JobStatus::kSkipped, "skipped"}};
+
+}  // namespace
+
 const char* to_string(JobStatus s) {
-  switch (s) {
-    case JobStatus::kPassed:
-      return "passed";
-    case JobStatus::kFailed:
-      return "failed";
-    case JobStatus::kSkipped:
-      return "skipped";
-  }
+  for (const auto& [status, name] : kStatusNames)
+    if (status == s) return name;
   return "?";
 }
 
@@ -98,39 +101,28 @@ std::string md(const std::string& s) {
   return out.empty() ? "-" : out;
 }
 
+// XML 1.0 escapes: the character, its escape and whether only attribute
+// values need it (text keeps it as it is).
+struct XmlEscape {
+  char c;
+  const char* escaped;
+  bool attribute_only;
+};
+constexpr XmlEscape kXmlEscapes[] = {
+    {'&', "&amp;", false},  {'<', "&lt;", false},  {'>', "&gt;", false}, {'"', "&quot;", true},
+    {'\'', "&apos;", true}, {'\n', "&#10;", true}, {'\t', "&#9;", true}, {'\r', "&#13;", false}};
+
 // XML 1.0 text/attribute escaping; characters XML cannot hold become '?'.
 std::string xml(const std::string& s, bool attribute) {
   std::string out;
   out.reserve(s.size());
   for (unsigned char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += attribute ? "&quot;" : "\"";
-        break;
-      case '\'':
-        out += attribute ? "&apos;" : "'";
-        break;
-      case '\n':
-        out += attribute ? "&#10;" : "\n";
-        break;
-      case '\t':
-        out += attribute ? "&#9;" : "\t";
-        break;
-      case '\r':
-        out += "&#13;";
-        break;
-      default:
-        out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
-    }
+    const auto* e = std::find_if(std::begin(kXmlEscapes), std::end(kXmlEscapes),
+                                 [&](const XmlEscape& x) { return x.c == static_cast<char>(c); });
+    if (e != std::end(kXmlEscapes))
+      out += attribute || !e->attribute_only ? e->escaped : std::string(1, e->c);
+    else
+      out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
   }
   return out;
 }
@@ -178,14 +170,11 @@ JobResult job_result_from_json(const json& j, const std::string& source) {
   r.backend = str_field(j, "backend", source, ctx);
   r.mode = str_field(j, "mode", source, ctx);
   const std::string status = str_field(j, "status", source, ctx);
-  if (status == "passed")
-    r.status = JobStatus::kPassed;
-  else if (status == "failed")
-    r.status = JobStatus::kFailed;
-  else if (status == "skipped")
-    r.status = JobStatus::kSkipped;
-  else
+  const auto* named = std::find_if(std::begin(kStatusNames), std::end(kStatusNames),
+                                   [&](const auto& e) { return status == e.second; });
+  if (named == std::end(kStatusNames))
     bad(source, ctx + "status", "expected passed, failed or skipped, found '" + status + "'");
+  r.status = named->first;
   r.failure = str_field(j, "failure", source, ctx);
   r.stage = str_field(j, "stage", source, ctx);
   r.exit_code = static_cast<int>(int_field(j, "exit_code", source, ctx));

@@ -49,7 +49,9 @@ Job make_job(const QuantizeContext& ctx, const LayerPlan& lp,
   j.lp = &lp;
   const auto algs = lp.algorithms(ctx.plan);
   j.gptq = std::find(algs.begin(), algs.end(), "gptq") != algs.end();
-  j.bias = std::find(algs.begin(), algs.end(), "bias_correction") != algs.end();
+  // Static mode: the backend corrects from the weights it rounds (correct_biases).
+  j.bias = std::find(algs.begin(), algs.end(), "bias_correction") != algs.end() &&
+           ctx.plan.mode == Mode::kWeightOnly;
   auto g = geoms.find(lp.info.name);
   std::string why = g == geoms.end() ? "the layer is not called in forward" : g->second.why;
   if (g != geoms.end()) j.g = g->second;
@@ -231,7 +233,8 @@ void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t b
   for (const auto& lp : ctx.plan.layers) {
     const auto a = lp.algorithms(ctx.plan);
     if (std::find(a.begin(), a.end(), std::string(to_string(lp.weights.rounding))) != a.end() ||
-        std::find(a.begin(), a.end(), "bias_correction") != a.end())
+        (std::find(a.begin(), a.end(), "bias_correction") != a.end() &&
+         ctx.plan.mode == Mode::kWeightOnly))
       jobs.push_back(make_job(ctx, lp, geoms));
   }
   if (jobs.empty()) return;

@@ -1,5 +1,6 @@
 // NPY headers, array sources (.npy files, tensors in memory) and the helpers
 // the loaders share.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,27 +16,22 @@ namespace tq::data {
 
 namespace fs = std::filesystem;
 
-at::ScalarType scalar_type(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat32:
-      return at::kFloat;
-    case ElemType::kFloat64:
-      return at::kDouble;
-    case ElemType::kUInt8:
-      return at::kByte;
-    case ElemType::kInt32:
-      return at::kInt;
-    case ElemType::kInt64:
-      return at::kLong;
-  }
-  return at::kFloat;
-}
-
 namespace {
 
-constexpr const char* kSupported = "float32, float64, uint8, int32, int64";
+// Each element type and the tensor dtype that holds it.
+constexpr std::pair<ElemType, at::ScalarType> kScalarTypes[] = {{ElemType::kFloat32, at::kFloat},
+                                                                {ElemType::kFloat64, at::kDouble},
+                                                                {ElemType::kUInt8, at::kByte},
+                                                                {ElemType::kInt32, at::kInt},
+                                                                {ElemType::kInt64, at::kLong}};
 
 }  // namespace
+
+at::ScalarType scalar_type(ElemType t) {
+  for (const auto& [elem, scalar] : kScalarTypes)
+    if (elem == t) return scalar;
+  return at::kFloat;
+}
 
 size_t ArraySource::row_bytes() const {
   size_t n = elem_size(type_);
@@ -67,27 +63,13 @@ class TensorSource : public ArraySource {
     if (t.dim() == 0)
       throw RuntimeError(where +
                          ": is a scalar; expected a tensor with one row per sample ([N, ...])");
-    switch (t.scalar_type()) {
-      case at::kFloat:
-        type_ = ElemType::kFloat32;
-        break;
-      case at::kDouble:
-        type_ = ElemType::kFloat64;
-        break;
-      case at::kByte:
-        type_ = ElemType::kUInt8;
-        break;
-      case at::kInt:
-        type_ = ElemType::kInt32;
-        break;
-      case at::kLong:
-        type_ = ElemType::kInt64;
-        break;
-      default:
-        throw RuntimeError(where + ": unsupported dtype " +
-                           std::string(c10::toString(t.scalar_type())) +
-                           "; supported: " + kSupported);
-    }
+    const auto* held = std::find_if(std::begin(kScalarTypes), std::end(kScalarTypes),
+                                    [&](const auto& e) { return e.second == t.scalar_type(); });
+    if (held == std::end(kScalarTypes))
+      throw RuntimeError(where + ": unsupported dtype " +
+                         std::string(c10::toString(t.scalar_type())) +
+                         "; supported: " + supported_elems());
+    type_ = held->first;
     t_ = t.contiguous();
     shape_ = t_.sizes().vec();
   }

@@ -27,16 +27,23 @@ std::string libtorch_message(const std::string& what) {
   return nl == std::string::npos ? what : what.substr(0, nl);
 }
 
-// "Conv2d expects 1 input channels", from the first quantizable layer.
-std::string first_layer_expectation(const torch::jit::Module& model) {
+// The first quantizable layer and the input it takes: features of a
+// Linear's last dimension, or channels at dimension 1 of a conv's batched
+// input (`dims`: 3, 4 or 5; 0 for a Linear).
+struct FirstLayer {
+  std::string text;  // "first layer 'features.conv1' Conv2d expects 1 input channels"
+  int64_t inputs = -1, dims = 0;
+};
+
+FirstLayer first_layer(const torch::jit::Module& model) {
   std::vector<LayerInfo> layers = discover_layers(model);
-  if (layers.empty()) return "the model has no Linear/Conv layer to name";
+  if (layers.empty()) return {"the model has no Linear/Conv layer to name"};
   const LayerInfo& l = layers[0];
-  std::string what = "first layer '" + l.name + "' " + l.class_name + " expects ";
+  const std::string what = "first layer '" + l.name + "' " + l.class_name + " expects ";
   const auto& w = l.weight_shape;
   switch (l.kind) {
     case LayerKind::kLinear:
-      return what + std::to_string(w[1]) + " input features";
+      return {what + std::to_string(w[1]) + " input features", w[1], 0};
     case LayerKind::kConv1d:
     case LayerKind::kConv2d:
     case LayerKind::kConv3d: {
@@ -46,11 +53,36 @@ std::string first_layer_expectation(const torch::jit::Module& model) {
         if (m.hasattr("groups") && m.attr("groups").isInt()) groups = m.attr("groups").toInt();
       } catch (const std::exception&) {
       }
-      return what + std::to_string(w[1] * groups) + " input channels";
+      return {what + std::to_string(w[1] * groups) + " input channels", w[1] * groups,
+              static_cast<int64_t>(w.size())};
     }
     default:
-      return what + std::to_string(w[0]) + " input channels";
+      return {what + std::to_string(w[0]) + " input channels"};
   }
+}
+
+// Whether the first input is what the first layer takes (shape and a
+// floating dtype): then a failed forward is the model's own error.
+bool fits_first_layer(const FirstLayer& f, const Batch& b) {
+  if (f.inputs < 0 || b.inputs.empty() || !b.inputs[0].defined()) return false;
+  const at::Tensor& x = b.inputs[0];
+  if (!x.is_floating_point() || x.dim() < 1) return false;
+  if (f.dims == 0) return x.size(-1) == f.inputs;
+  return x.dim() == f.dims && x.size(1) == f.inputs;
+}
+
+// The error the model's own code raised: what follows TorchScript's
+// traceback (the "<--- HERE" marker), whole (a few lines at most), else
+// LibTorch's message.
+std::string model_error(const std::string& what) {
+  const auto here = what.rfind("<--- HERE");
+  if (here != std::string::npos) {
+    const auto nl = what.find('\n', here);
+    std::string rest = nl == std::string::npos ? "" : what.substr(nl + 1);
+    while (!rest.empty() && (rest.back() == '\n' || rest.back() == ' ')) rest.pop_back();
+    if (!rest.empty()) return rest.size() > 2000 ? rest.substr(0, 2000) + " ..." : rest;
+  }
+  return libtorch_message(what);
 }
 
 }  // namespace
@@ -77,8 +109,13 @@ std::string first_sample_shapes(const Batch& b) {
 
 void throw_input_mismatch(const torch::jit::Module& model, const Batch& b, const std::string& what,
                           const std::string& libtorch_error) {
+  const FirstLayer f = first_layer(model);
+  if (fits_first_layer(f, b))
+    throw RuntimeError("the model's forward failed on the " + what + " (shape " +
+                       first_sample_shapes(b) + ", which its " + f.text +
+                       " takes): " + model_error(libtorch_error));
   throw RuntimeError(what + " shape " + first_sample_shapes(b) +
-                     " does not fit the model's input (" + first_layer_expectation(model) +
+                     " does not fit the model's input (" + f.text +
                      "): " + libtorch_message(libtorch_error));
 }
 

@@ -2,6 +2,7 @@
 // fidelity, latency, gates, report.
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
@@ -12,6 +13,7 @@
 #include "taoquant/model.h"
 #include "taoquant/pipeline.h"
 #include "taoquant/report.h"
+#include "taoquant/result_files.h"
 #include "taoquant/steps.h"
 
 namespace tq {
@@ -30,6 +32,28 @@ struct ModelPlan {
   std::string float_path, quant_path;
   SourceLoc float_from, quant_from;
 };
+
+// A quantize result is one pair (result_files.h): the artifact in its
+// results_dir must have the report that describes it; a checkpoint named
+// elsewhere is checked when a report beside it names it.
+void check_result_pair(const std::string& artifact, bool named) {
+  const fs::path report = fs::path(artifact).parent_path() / "quantize_report.json";
+  if (named) {
+    std::error_code ec;
+    if (!fs::exists(report, ec)) return;
+    try {
+      std::ifstream in(report);
+      const auto j = nlohmann::json::parse(in);
+      if (j.value("artifact", nlohmann::json::object()).value("file", "") !=
+          fs::path(artifact).filename().string())
+        return;
+    } catch (const std::exception&) {
+      return;  // not a report of this artifact
+    }
+  }
+  const std::string problem = result_pair_problem(artifact, report.string());
+  if (!problem.empty()) throw RuntimeError(problem);
+}
 
 ModelPlan plan_models(const Spec& spec, const EvaluateOptions& opts, bool compare,
                       bool& is_quantized) {
@@ -55,6 +79,7 @@ ModelPlan plan_models(const Spec& spec, const EvaluateOptions& opts, bool compar
                            spec.quantize.backend +
                            "'); run `tao-quant quantize` first, or pass --checkpoint PATH");
     }
+    check_result_pair(p.quant_path, !ckpt.empty());
   }
   if (compare) {
     require_model_path(spec);

@@ -109,20 +109,18 @@ float entropy_threshold(const std::vector<double>& h, float amax, int64_t start_
 class EntropyObserver : public obs::HistogramObserver {
  public:
   explicit EntropyObserver(const ObserverConfig& cfg)
-      : EntropyObserver(cfg, obs::Kwargs("entropy", cfg.kwargs)) {}
-
- private:
-  EntropyObserver(const ObserverConfig& cfg, obs::Kwargs kw)
-      : HistogramObserver(cfg, "entropy", num_bins(kw)),
-        start_bin_(kw.integer("start_bin", 128, 1, 1 << 16)),
-        stride_(kw.integer("stride", 1, 1, 1 << 16)),
-        skip_zeros_(kw.boolean("skip_zeros", true)) {
-    kw.finish();
+      : HistogramObserver(cfg, "entropy"),
+        start_bin_(kw_.integer("start_bin", 128, 1, 1 << 16)),
+        stride_(kw_.integer("stride", 1, 1, 1 << 16)),
+        skip_zeros_(kw_.boolean("skip_zeros", true)) {
+    kw_.finish();
     if (start_bin_ > hist_.num_bins())
       throw SpecError({}, "observer '" + name() + "': start_bin (" + std::to_string(start_bin_) +
                               ") must not exceed num_bins (" + std::to_string(hist_.num_bins()) +
                               ")");
   }
+
+ private:
   float threshold(size_t c, const std::vector<double>& h, float amax) override {
     const bool fp8 = dtype_traits(cfg_.dtype).is_float8;
     const float lo = hist_.range().lo[c], hi = hist_.range().hi[c];

@@ -88,8 +88,13 @@ class HistogramObserver : public Observer {
   std::string name() const override { return name_; }
 
  protected:
-  HistogramObserver(const ObserverConfig& cfg, std::string name, int64_t num_bins)
-      : cfg_(cfg), name_(std::move(name)), hist_(num_bins, cfg.per_channel, cfg.axis, name_) {
+  // Reads num_bins from the kwargs; the subclass's constructor reads its own
+  // from kw_, then calls kw_.finish().
+  HistogramObserver(const ObserverConfig& cfg, std::string name)
+      : cfg_(cfg),
+        name_(std::move(name)),
+        kw_(name_, cfg.kwargs),
+        hist_(num_bins(kw_), cfg.per_channel, cfg.axis, name_) {
     check_config(cfg, name_);
   }
   // The threshold on |x| for channel c, in [0, amax], from its counts.
@@ -100,6 +105,7 @@ class HistogramObserver : public Observer {
 
   ObserverConfig cfg_;
   std::string name_;
+  Kwargs kw_;  // the observer's kwargs (observer_or_fake_quant_kwargs)
   AbsHistogram hist_;
 };
 

@@ -74,15 +74,13 @@ float mse_threshold(const std::vector<double>& h, float amax, int64_t n, double 
 class MseObserver : public obs::HistogramObserver {
  public:
   explicit MseObserver(const ObserverConfig& cfg)
-      : MseObserver(cfg, obs::Kwargs("mse", cfg.kwargs)) {}
+      : HistogramObserver(cfg, "mse"),
+        num_candidates_(kw_.integer("num_candidates", 100, 2, 100000)),
+        start_fraction_(kw_.number("start_fraction", 0.01, 0.0, 1.0, true, false)) {
+    kw_.finish();
+  }
 
  private:
-  MseObserver(const ObserverConfig& cfg, obs::Kwargs kw)
-      : HistogramObserver(cfg, "mse", num_bins(kw)),
-        num_candidates_(kw.integer("num_candidates", 100, 2, 100000)),
-        start_fraction_(kw.number("start_fraction", 0.01, 0.0, 1.0, true, false)) {
-    kw.finish();
-  }
   float threshold(size_t c, const std::vector<double>& h, float amax) override {
     const float lo = hist_.range().lo[c], hi = hist_.range().hi[c];
     auto levels_at = [&](float t) { return obs::grid_levels(t, lo, hi, cfg_); };

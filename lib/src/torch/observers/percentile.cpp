@@ -31,14 +31,12 @@ float percentile_of(const std::vector<double>& h, float amax, double pct) {
 class PercentileObserver : public obs::HistogramObserver {
  public:
   explicit PercentileObserver(const ObserverConfig& cfg)
-      : PercentileObserver(cfg, obs::Kwargs("percentile", cfg.kwargs)) {}
+      : HistogramObserver(cfg, "percentile"),
+        pct_(kw_.number("percentile", 99.99, 0.0, 100.0, true, false)) {
+    kw_.finish();
+  }
 
  private:
-  PercentileObserver(const ObserverConfig& cfg, obs::Kwargs kw)
-      : HistogramObserver(cfg, "percentile", num_bins(kw)),
-        pct_(kw.number("percentile", 99.99, 0.0, 100.0, true, false)) {
-    kw.finish();
-  }
   float threshold(size_t, const std::vector<double>& h, float amax) override {
     return percentile_of(h, amax, pct_);
   }

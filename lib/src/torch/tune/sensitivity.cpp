@@ -117,9 +117,14 @@ SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& op
   return tune::measure_sensitivity(s, opts.on_progress);
 }
 
-std::optional<SensitivityOptions> sensitivity_request(const Spec& spec) {
+std::optional<SensitivityOptions> sensitivity_request(const Spec& spec, bool by_default) {
   const auto q = spec.resolved.value("quantize", nlohmann::json::object());
-  if (!q.contains("sensitivity")) return std::nullopt;
+  if (!q.contains("sensitivity")) {
+    if (!by_default) return std::nullopt;
+    SensitivityOptions o;
+    o.automatic = true;
+    return o;
+  }
   const auto& j = q["sensitivity"];
   if (!j.is_object()) {  // a boolean (the spec reader checked it), maybe a quoted "yes"
     const bool on =
@@ -141,6 +146,12 @@ std::optional<SensitivityOptions> sensitivity_request(const Spec& spec) {
   if (j.contains("samples")) o.max_samples = j["samples"].get<size_t>();
   o.data = j.value("data", "");
   return o;
+}
+
+size_t automatic_sensitivity_samples(size_t quantized_layers, size_t calibration_samples) {
+  const size_t pass = calibration_samples > 0 ? calibration_samples : 256;
+  const size_t probes = 2 * quantized_layers + 2;
+  return std::clamp<size_t>((pass + probes - 1) / probes, 4, 64);
 }
 
 nlohmann::json SensitivityReport::to_json() const {

@@ -293,14 +293,15 @@ void Tuner::keep(const Candidate& c, const QuantizeOutcome& out) {
   best_ = c;
   const fs::path dir(dir_);
   const std::string art = (dir / artifact_name(out.requested_backend)).string();
-  copy_atomic(out.artifact_path, art);
   best_out_ = out;
   best_out_->artifact_path = art;
   best_out_->report_path = (dir / "quantize_report.json").string();
   best_out_->report["artifact"]["path"] = art;
   nlohmann::json report = best_out_->report;
   report["tune"] = {{"status", "searching"}, {"best_step", c.step}, {"trace", trace_}};
+  // One result (result_files.h): the report, with the copy's fingerprint, first.
   write_text_atomic(best_out_->report_path, report.dump(2) + "\n");
+  copy_atomic(out.artifact_path, art);
   write_text_atomic((dir / "tuned_spec.yaml").string(), spec_yaml(tuned_tree(c.a)));
 }
 
@@ -314,6 +315,7 @@ Candidate Tuner::real_step(const Assignment& a) {
   sp.quantize.results_dir = step_dir;  // the tree (embedded) keeps the real one
   QuantizeOptions qo;
   qo.verbose = opts_.verbose;
+  qo.sensitivity_by_default = false;  // tune measures its own table
   auto out = run_quantize(sp, qo);
   if (!user_cache_ && !out.timing_cache_path.empty()) copy_atomic(out.timing_cache_path, cache_);
   Candidate c{a,   measured_run(*s_, out, measure_artifact(out.artifact_path)), "", 0, ++steps_,
@@ -484,6 +486,7 @@ TuneOutcome Tuner::finish() {
     const auto t0 = Clock::now();
     QuantizeOptions qo;
     qo.verbose = opts_.verbose;
+    qo.sensitivity_by_default = false;
     o.quantize = run_quantize(load_spec(o.tuned_spec_path), qo);
     c.x = measured_run(*s_, o.quantize, measure_artifact(o.quantize.artifact_path));
     c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);

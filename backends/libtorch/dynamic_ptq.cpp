@@ -1,0 +1,81 @@
+// Dynamic int8 PTQ for the libtorch backend: Linear layers through
+// quantized::linear_dynamic (activation qparams chosen at run time), on
+// LibTorch's JIT passes with tao-quant's weight observers.
+#include <torch/script.h>
+
+#include "ptq_common.h"
+#include "static_ptq.h"
+#include "taoquant/calibration.h"
+#include "taoquant/model.h"
+#include "taoquant/report.h"
+
+namespace tq::libtorch {
+
+using torch::jit::Module;
+using QuantType = jit::QuantMode;
+
+void StaticPtq::dynamic(QuantizeContext& ctx) {
+  ctx.backend_meta["engine"] = select_engine(ctx);
+  ObserverTable table;
+  jit::QConfigs qd;
+  qd[""] = std::nullopt;
+  std::map<std::string, std::string> reasons;
+  for (const auto& lp : ctx.plan.layers) {
+    if (!lp.quantized()) {
+      reasons[lp.info.name] = lp.why_float();
+      continue;
+    }
+    ObserverTemplate a;  // activations: qparams are chosen at run time
+    a.observer = "minmax";
+    a.cfg.dtype = DType::kUInt8;
+    int ai = table.add_template(a);
+    int wi = table.add_template(weight_template(ctx.plan, &lp));
+    qd[lp.info.name] = std::make_tuple(table.make_module(ai), table.make_module(wi));
+  }
+  Module work = ctx.model.clone();
+  work.eval();
+  Module observed;
+  try {
+    observed = jit::insert_observers(work, qd, QuantType::kDynamic, /*inplace=*/false);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    throw RuntimeError("dynamic_ptq: LibTorch could not place observers in this model: " +
+                       msg.substr(0, msg.find('\n')));
+  }
+  table.bind(observed);
+  // No data is needed: weight observers see the weights directly; activation
+  // observers only need to exist (their qparams are chosen at run time).
+  for (const auto& slot : table.slots()) {
+    auto colon = slot->label.rfind(':');
+    std::string owner = slot->label.substr(0, colon);
+    if (slot->label.compare(colon, std::string::npos, ":weight") == 0)
+      table.observe(slot->id, find_submodule(observed, owner).attr("weight").toTensor());
+    else
+      table.observe(slot->id, torch::tensor({0.0f, 1.0f}));
+  }
+  Module q =
+      finish_quantized(jit::insert_quant_dequant(observed, QuantType::kDynamic, /*inplace=*/false),
+                       QuantType::kDynamic);
+
+  for (const auto& lp : ctx.plan.layers) {
+    LayerResult r = layer_result(lp);
+    auto w = find_submodule(work, lp.info.name).attr("weight").toTensor();
+    r.bytes_before = static_cast<size_t>(w.numel()) * w.element_size();
+    auto it = reasons.find(lp.info.name);
+    if (it != reasons.end()) {
+      r.kept_float = true;
+      r.reason = it->second;
+      r.bytes_after = r.bytes_before;
+    } else {
+      r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor"
+                                                                          : "int8/per_channel";
+      r.activation_format = "uint8/dynamic";
+      if (const ObserverSlot* ws = table.find_label(lp.info.name + ":weight"))
+        weight_result(r, w, table.qparams(ws->id));
+    }
+    ctx.add_layer_result(std::move(r));
+  }
+  ctx.model = q;
+}
+
+}  // namespace tq::libtorch

@@ -1,0 +1,32 @@
+// What the libtorch backend's static and dynamic PTQ share (private to
+// backends/libtorch/): the weight observers' settings, the int8 weight as
+// LibTorch stores it, and the last steps of LibTorch's quantization passes.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "taoquant/backend.h"
+#include "taoquant/calibration.h"
+#include "taoquant/jit.h"
+#include "taoquant/observer.h"
+
+namespace torch::jit {
+struct Module;
+}
+
+namespace tq::libtorch {
+
+// Weights: symmetric int8, per channel (axis 0) unless the layer's plan says
+// per_tensor; minmax unless a `layers` rule names an observer.
+ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp);
+
+// Fills a layer result from its int8 weight qparams: scale range, weight
+// SQNR and stored bytes. Returns the weight rounded to its grid.
+at::Tensor weight_result(LayerResult& r, const at::Tensor& w, const QParams& wq);
+
+// InsertQuantDeQuant's output -> the final int8 module: completes or
+// refuses instances it left without values, fixes tuple dequantization,
+// then Finalize (fusion into quantized ops, packing, freezing).
+torch::jit::Module finish_quantized(torch::jit::Module q, jit::QuantMode qt);
+
+}  // namespace tq::libtorch
