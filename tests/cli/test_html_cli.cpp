@@ -229,14 +229,17 @@ TEST_CASE("HTML: a batch summary links each job's reports", "[cli][html][batch]"
   std::ofstream(dir / "manifest.yaml")
       << "jobs:\n  - spec: spec.yaml\n    id: cnn-w8\n    evaluate: true\n"
          "    overrides: [quantize.mode=weight_only_ptq]\n"
-         "  - spec: spec.yaml\n    id: cnn-s8\n    evaluate: true\n";
+         "  - spec: spec.yaml\n    id: cnn-s8\n    evaluate: true\n"
+         "  - spec: spec.yaml\n    id: vit-s8\n    evaluate: true\n"
+         "    overrides: [quantize.model_path="
+      << model("fmnist/vit_qkv.pt") << "]\n";
   const auto r = tqtest::run_cmd(tqtest::cli() + " batch " + (dir / "manifest.yaml").string() +
                                  " -o " + (dir / "out").string() + " -q");
   INFO(r.out);
   REQUIRE(r.rc == 0);
   const fs::path html = dir / "out" / "batch_summary.html";
   REQUIRE(fs::exists(html));
-  for (const char* id : {"cnn-w8", "cnn-s8"})
+  for (const char* id : {"cnn-w8", "cnn-s8", "vit-s8"})
     for (const char* f : {"quantize_report", "evaluate_report"}) {
       CHECK(fs::exists(dir / "out" / id / (std::string(f) + ".html")));
       CHECK_THAT(tqtest::read_text(html.string()),
@@ -244,8 +247,9 @@ TEST_CASE("HTML: a batch summary links each job's reports", "[cli][html][batch]"
     }
   if (!have_browser()) return;
   const auto run = tqtest::dump_dom(html.string(), (dir / "chromium").string());
-  CHECK(tqtest::count(run.dom, "<g class=\"pt\">") == 2);
+  CHECK(tqtest::count(run.dom, "<g class=\"pt\">") == 3);
   CHECK_THAT(run.dom, Contains("<td class=\"mono nowrap\">cnn-s8</td>"));
+  CHECK_THAT(run.dom, Contains("<td class=\"mono nowrap\">vit-s8</td>"));
   CHECK(run.page_requests.empty());
   tqtest::screenshot(html.string(), (dir / "batch.png").string(), 1280, 800,
                      (dir / "chromium").string());
