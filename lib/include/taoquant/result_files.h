@@ -20,8 +20,9 @@ std::string partial_path(const std::string& final_path);
 void sync_file(const std::string& path);
 void sync_parent_dir(const std::string& path);
 
-// rename(from, to), then fsync of the directory. RuntimeError on failure
-// (`from` is removed then).
+// rename(from, to); RuntimeError on failure (`from` is removed then).
+// rename_durably also syncs the directory afterwards.
+void rename_file(const std::string& from, const std::string& to);
 void rename_durably(const std::string& from, const std::string& to);
 
 // {file: the name `as_name` will have, bytes, xxh64} of the file at `path`.

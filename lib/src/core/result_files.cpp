@@ -43,12 +43,16 @@ void sync_parent_dir(const std::string& path) {
   fsync_path(parent.empty() ? "." : parent.string(), O_RDONLY | O_DIRECTORY, "directory");
 }
 
-void rename_durably(const std::string& from, const std::string& to) {
+void rename_file(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) {
     const int err = errno;
     std::remove(from.c_str());
     throw RuntimeError("cannot rename '" + from + "' to '" + to + "': " + std::strerror(err));
   }
+}
+
+void rename_durably(const std::string& from, const std::string& to) {
+  rename_file(from, to);
   sync_parent_dir(to);
 }
 
