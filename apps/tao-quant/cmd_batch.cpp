@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.h"
+#include "option_table.h"
 #include "taoquant/batch.h"
 #include "taoquant/report.h"
 
@@ -192,35 +193,38 @@ int run_report_cmd(Options& o) {
 }  // namespace
 
 void setup_batch(CLI::App& app, Options& o) {
-  app.add_option("manifest", o.manifest, "The manifest (YAML): jobs, templates, defaults")
-      ->required()
-      ->type_name("MANIFEST.yaml");
-  app.add_option("-j,--jobs", o.jobs, "Jobs side by side (each gets cores/N LibTorch threads)")
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--shard", o.shard, "Run only shard i of N (1-based; job k goes to shard k%N+1)")
-      ->type_name("i/N");
-  app.add_flag("--keep-going,!--no-keep-going", o.keep_going,
-               "Go on after a failed job (default when CI=true); without it, start no new job");
-  app.add_flag("--resume", o.resume,
-               "Skip jobs that passed before with the same spec, overrides, model and data");
-  app.add_option("--junit", o.junit, "Write JUnit XML (one testcase per job)")->type_name("FILE");
-  app.add_option("--timeout", o.timeout, "Seconds per job (quantize + evaluate); 0 = none")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("-o,--out", o.out_dir, "Output directory (default results/batch/<manifest name>)")
-      ->type_name("DIR");
-  app.add_option("--threads", o.threads, "LibTorch threads per job (default cores / --jobs)")
-      ->check(CLI::Range(1, 4096));
+  add_options(
+      app, o,
+      {{Arg::kOption, "manifest", &Options::manifest,
+        "The manifest (YAML): jobs, templates, defaults", "MANIFEST.yaml", std::nullopt, true},
+       {Arg::kOption, "-j,--jobs", &Options::jobs,
+        "Jobs side by side (each gets cores/N LibTorch threads)", nullptr, CLI::Range(1, 1024)},
+       {Arg::kOption, "--shard", &Options::shard,
+        "Run only shard i of N (1-based; job k goes to shard k%N+1)", "i/N"},
+       {Arg::kFlag, "--keep-going,!--no-keep-going", &Options::keep_going,
+        "Go on after a failed job (default when CI=true); without it, start no new job"},
+       {Arg::kFlag, "--resume", &Options::resume,
+        "Skip jobs that passed before with the same spec, overrides, model and data"},
+       {Arg::kOption, "--junit", &Options::junit, "Write JUnit XML (one testcase per job)", "FILE"},
+       {Arg::kOption, "--timeout", &Options::timeout,
+        "Seconds per job (quantize + evaluate); 0 = none", nullptr, CLI::NonNegativeNumber},
+       {Arg::kOption, "-o,--out", &Options::out_dir,
+        "Output directory (default results/batch/<manifest name>)", "DIR"},
+       {Arg::kOption, "--threads", &Options::threads,
+        "LibTorch threads per job (default cores / --jobs)", nullptr, CLI::Range(1, 4096)}});
 }
 
 void setup_report(CLI::App& app, Options& o) {
   app.require_subcommand(1);
   auto* merge = app.add_subcommand("merge", "Combine shard batch summaries into one");
-  merge->add_option("summaries", o.inputs, "batch_summary*.json of every shard")
-      ->required()
-      ->check(CLI::ExistingFile);
-  merge->add_option("-o,--output", o.output, "The merged summary (JSON)")->required();
-  merge->add_option("--markdown", o.markdown, "Also write the markdown table")->type_name("FILE");
-  merge->add_option("--junit", o.junit, "Also write JUnit XML")->type_name("FILE");
+  add_options(
+      *merge, o,
+      {{Arg::kOption, "summaries", &Options::inputs, "batch_summary*.json of every shard", nullptr,
+        CLI::ExistingFile, true},
+       {Arg::kOption, "-o,--output", &Options::output, "The merged summary (JSON)", nullptr,
+        std::nullopt, true},
+       {Arg::kOption, "--markdown", &Options::markdown, "Also write the markdown table", "FILE"},
+       {Arg::kOption, "--junit", &Options::junit, "Also write JUnit XML", "FILE"}});
   merge->callback([&o] { o.report_action = "merge"; });
 }
 

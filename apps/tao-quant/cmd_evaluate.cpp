@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.h"
+#include "option_table.h"
 #include "taoquant/evaluate.h"
 #include "taoquant/spec.h"
 
@@ -13,17 +14,17 @@ namespace tqcli {
 
 void setup_evaluate(CLI::App& app, Options& o) {
   add_spec_options(app, o);
-  app.add_flag("--is-quantized", o.is_quantized,
-               "Evaluate the quantized artifact (evaluate.checkpoint, else "
-               "<results_dir>/quantized_model_<backend>.pth)");
-  app.add_option("--checkpoint", o.checkpoint,
-                 "The model to evaluate (wins over evaluate.checkpoint)")
-      ->type_name("PATH");
-  app.add_flag("--compare", o.compare,
-               "Evaluate the float model (quantize.model_path) and the quantized one side by side: "
-               "drop, fidelity, "
-               "speedup, size ratio");
-  app.add_flag("--json", o.json, "Print the report as JSON on stdout instead of the table");
+  add_options(app, o,
+              {{Arg::kFlag, "--is-quantized", &Options::is_quantized,
+                "Evaluate the quantized artifact (evaluate.checkpoint, else "
+                "<results_dir>/quantized_model_<backend>.pth)"},
+               {Arg::kOption, "--checkpoint", &Options::checkpoint,
+                "The model to evaluate (wins over evaluate.checkpoint)", "PATH"},
+               {Arg::kFlag, "--compare", &Options::compare,
+                "Evaluate the float model (quantize.model_path) and the quantized one side by "
+                "side: drop, fidelity, speedup, size ratio"},
+               {Arg::kFlag, "--json", &Options::json,
+                "Print the report as JSON on stdout instead of the table"}});
 }
 
 int run_evaluate(Options& o) {

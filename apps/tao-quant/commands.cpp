@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.h"
+#include "option_table.h"
 #include "taoquant/backend.h"
 #include "taoquant/html_report.h"
 #include "taoquant/model.h"
@@ -28,11 +29,27 @@ bool stderr_is_tty() {
   return ::isatty(STDERR_FILENO) == 1;
 }
 
+void add_options(CLI::App& app, Options& o, const std::vector<OptionRow>& rows) {
+  for (const auto& row : rows) {
+    CLI::Option* opt = std::visit(
+        [&](auto field) {
+          return row.arg == Arg::kFlag ? app.add_flag(row.name, o.*field, row.help)
+                                       : app.add_option(row.name, o.*field, row.help);
+        },
+        row.field);
+    if (row.type_name) opt->type_name(row.type_name);
+    if (row.check) opt->check(*row.check);
+    if (row.required) opt->required();
+    if (row.delimiter) opt->delimiter(row.delimiter);
+  }
+}
+
 void add_spec_options(CLI::App& app, Options& o) {
-  app.add_option("-e,--experiment_spec,--spec", o.spec, "Experiment spec (TAO YAML)")->required();
-  app.add_option("overrides", o.overrides,
-                 "key.path=value overrides, e.g. quantize.mode=static_ptq")
-      ->type_name("KEY=VALUE");
+  add_options(app, o,
+              {{Arg::kOption, "-e,--experiment_spec,--spec", &Options::spec,
+                "Experiment spec (TAO YAML)", nullptr, std::nullopt, true},
+               {Arg::kOption, "overrides", &Options::overrides,
+                "key.path=value overrides, e.g. quantize.mode=static_ptq", "KEY=VALUE"}});
 }
 
 ProgressFn tty_progress(const Options& o) {
@@ -43,11 +60,13 @@ ProgressFn tty_progress(const Options& o) {
   };
 }
 
-// The setup of a command that reads a spec and can print JSON.
-std::function<void(CLI::App&, Options&)> spec_and_json(const char* json_help) {
-  return [json_help](CLI::App& app, Options& o) {
-    add_spec_options(app, o);
-    app.add_flag("--json", o.json, json_help);
+// The setup of a command: the spec options when it reads a spec, then its
+// own rows.
+std::function<void(CLI::App&, Options&)> with_options(std::vector<OptionRow> rows,
+                                                      bool spec = true) {
+  return [rows = std::move(rows), spec](CLI::App& app, Options& o) {
+    if (spec) add_spec_options(app, o);
+    add_options(app, o, rows);
   };
 }
 
@@ -311,45 +330,44 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"quantize",
        "Quantize a model as the spec's quantize: section says; write the artifact and report",
-       [](CLI::App& app, Options& o) {
-         add_spec_options(app, o);
-         app.add_flag("--dry-run", o.dry_run, "Plan only: print the per-layer plan, write nothing");
-         app.add_flag("--json", o.json, "Print the report (or plan) as JSON on stdout");
-       },
+       with_options({{Arg::kFlag, "--dry-run", &Options::dry_run,
+                      "Plan only: print the per-layer plan, write nothing"},
+                     {Arg::kFlag, "--json", &Options::json,
+                      "Print the report (or plan) as JSON on stdout"}}),
        run_quantize},
       {"inspect",
        "Print the per-layer plan (which layer gets which format, and why); quantize nothing",
-       [](CLI::App& app, Options& o) {
-         add_spec_options(app, o);
-         app.add_flag("--json", o.json, "Print the plan (or the sensitivity table) as JSON");
-         app.add_flag("--sensitivity", o.sensitivity,
+       with_options({{Arg::kFlag, "--json", &Options::json,
+                      "Print the plan (or the sensitivity table) as JSON"},
+                     {Arg::kFlag, "--sensitivity", &Options::sensitivity,
                       "Rank the layers by what quantizing each one alone does to the model's "
-                      "output (and what keeping it alone float gains)");
-         app.add_option("--formats", o.formats,
-                        "Candidate weight formats for --sensitivity (default: the plan's)")
-             ->delimiter(',');
-         app.add_option("--samples", o.samples, "Evaluation samples for --sensitivity")
-             ->check(CLI::PositiveNumber);
-         app.add_option("--data", o.data, "Evaluation data for --sensitivity")
-             ->check(CLI::IsMember({"test", "calibration"}));
-       },
+                      "output (and what keeping it alone float gains)"},
+                     {Arg::kOption, "--formats", &Options::formats,
+                      "Candidate weight formats for --sensitivity (default: the plan's)", nullptr,
+                      std::nullopt, false, ','},
+                     {Arg::kOption, "--samples", &Options::samples,
+                      "Evaluation samples for --sensitivity", nullptr, CLI::PositiveNumber},
+                     {Arg::kOption, "--data", &Options::data, "Evaluation data for --sensitivity",
+                      nullptr, CLI::IsMember({"test", "calibration"})}}),
        run_inspect},
       {"tune",
        "Search per-layer formats (quantize.tune) until the accuracy, size and latency gates "
        "hold; write the best artifact, its report and tuned_spec.yaml (exit 3 when no "
        "candidate passes)",
-       spec_and_json("Print the report as JSON"), run_tune},
+       with_options({{Arg::kFlag, "--json", &Options::json, "Print the report as JSON"}}),
+       run_tune},
       {"profile",
        "Time the spec's model and each layer (float, static and dynamic int8) on this machine; "
        "write a timing cache for quantize.timing_cache",
-       spec_and_json("Print the timing cache as JSON"), run_profile},
+       with_options({{Arg::kFlag, "--json", &Options::json, "Print the timing cache as JSON"}}),
+       run_profile},
       {"evaluate",
        "Evaluate a float or quantized model on the test data: accuracy, fidelity vs float, "
        "latency, quality "
        "gates (exit 3 on failure)",
        setup_evaluate, run_evaluate},
       {"backends", "List the registered backends, their aliases, modes, dtypes and origin",
-       [](CLI::App& app, Options& o) { app.add_flag("--json", o.json, "Print as JSON"); },
+       with_options({{Arg::kFlag, "--json", &Options::json, "Print as JSON"}}, false),
        run_backends},
       {"batch", "Run many quantize (+ evaluate) jobs from a manifest, each in its own process",
        setup_batch, run_batch},

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.h"
+#include "option_table.h"
 #include "taoquant/error.h"
 #include "taoquant/plugin.h"
 
@@ -63,15 +64,20 @@ int run(int argc, char** argv) {
   app.footer(kExitCodes);
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tao-quant ") + TQ_VERSION);
-  app.add_flag("-v,--verbose", opts.verbosity,
-               "More detail (repeat for trace); full LibTorch errors");
-  app.add_flag("-q,--quiet", opts.quiet, "Only warnings, errors and the final summary");
-  app.add_option("--log-level", opts.log_level, "trace, debug, info, warn, error, critical, off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
-  app.add_option("--plugin", opts.plugins, "Load a backend plugin (shared library); repeatable")
-      ->type_name("PATH");
-  app.add_flag("--no-html", opts.no_html,
-               "quantize, evaluate, batch: do not write the HTML report next to the JSON");
+  using tqcli::Arg;
+  using tqcli::Options;
+  tqcli::add_options(
+      app, opts,
+      {{Arg::kFlag, "-v,--verbose", &Options::verbosity,
+        "More detail (repeat for trace); full LibTorch errors"},
+       {Arg::kFlag, "-q,--quiet", &Options::quiet, "Only warnings, errors and the final summary"},
+       {Arg::kOption, "--log-level", &Options::log_level,
+        "trace, debug, info, warn, error, critical, off", nullptr,
+        CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"})},
+       {Arg::kOption, "--plugin", &Options::plugins,
+        "Load a backend plugin (shared library); repeatable", "PATH"},
+       {Arg::kFlag, "--no-html", &Options::no_html,
+        "quantize, evaluate, batch: do not write the HTML report next to the JSON"}});
 
   std::vector<std::pair<CLI::App*, const tqcli::Command*>> subs;
   for (const auto& c : tqcli::commands()) {

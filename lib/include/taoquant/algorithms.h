@@ -22,7 +22,9 @@ namespace tq {
 // column's error onto the columns not yet rounded, weighted by the inverse
 // Hessian of the layer's inputs.
 enum class Rounding { kNearest, kGptq };
-const EnumTable<Rounding>& rounding_table();
+inline const EnumTable<Rounding>& rounding_table() {
+  return enum_table<Rounding>();
+}
 inline std::string_view to_string(Rounding r) {
   return rounding_table().name(r);
 }

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "taoquant/strings.h"
+
 namespace tq {
 
 enum class DType { kNative, kInt8, kUInt8, kInt4, kFp8E4M3, kFp8E5M2 };
@@ -56,13 +58,26 @@ struct EnumTable {
     return out;
   }
   // "a, b, c"
-  std::string joined() const;
+  std::string joined() const { return join(names()); }
 };
 
-const EnumTable<DType>& dtype_table();
-const EnumTable<Mode>& mode_table();
-const EnumTable<Granularity>& granularity_table();
-const EnumTable<LayerKind>& layer_kind_table();
+// The one table of an enum (DType, Mode, Rounding, Granularity, LayerKind,
+// OptionType): all of them stand together in enums.cpp.
+template <class E>
+const EnumTable<E>& enum_table();
+
+inline const EnumTable<DType>& dtype_table() {
+  return enum_table<DType>();
+}
+inline const EnumTable<Mode>& mode_table() {
+  return enum_table<Mode>();
+}
+inline const EnumTable<Granularity>& granularity_table() {
+  return enum_table<Granularity>();
+}
+inline const EnumTable<LayerKind>& layer_kind_table() {
+  return enum_table<LayerKind>();
+}
 
 inline std::string_view to_string(DType v) {
   return dtype_table().name(v);

@@ -18,7 +18,9 @@
 namespace tq {
 
 enum class OptionType { kBool, kInt, kNumber, kString, kIntList };
-const EnumTable<OptionType>& option_type_table();
+inline const EnumTable<OptionType>& option_type_table() {
+  return enum_table<OptionType>();
+}
 inline std::string_view to_string(OptionType v) {
   return option_type_table().name(v);
 }

@@ -1,77 +1,82 @@
 #include "taoquant/enums.h"
 
+#include <tuple>
+
 #include "taoquant/algorithms.h"
 #include "taoquant/error.h"
+#include "taoquant/options.h"
 
 namespace tq {
 
+namespace {
+
+// Every enum table, in one place.
+using EnumTables = std::tuple<EnumTable<DType>, EnumTable<Mode>, EnumTable<Rounding>,
+                              EnumTable<Granularity>, EnumTable<LayerKind>, EnumTable<OptionType>>;
+
+const EnumTables& tables() {
+  static const EnumTables t{
+      EnumTable<DType>{
+          "dtype",
+          {{DType::kInt8, "int8", "8-bit signed integer, symmetric by default"},
+           {DType::kUInt8, "uint8", "8-bit unsigned integer, affine (zero point)"},
+           {DType::kInt4, "int4", "4-bit signed integer, per-group scales, packed two per byte"},
+           {DType::kFp8E4M3, "fp8_e4m3fn", "OCP FP8 E4M3FN (max 448, no infinities)"},
+           {DType::kFp8E5M2, "fp8_e5m2", "OCP FP8 E5M2 (max 57344)"},
+           {DType::kNative, "native", "leave in the model's float type"}},
+          {{"float8_e4m3fn", DType::kFp8E4M3}, {"float8_e5m2", DType::kFp8E5M2}}},
+      EnumTable<Mode>{
+          "mode",
+          {{Mode::kWeightOnly, "weight_only_ptq", "quantize weights only; no calibration data"},
+           {Mode::kStatic, "static_ptq", "weights and activations; needs calibration data"},
+           {Mode::kDynamic, "dynamic_ptq", "weights offline, activations at run time"}},
+          {}},
+      EnumTable<Rounding>{
+          "rounding",
+          {{Rounding::kNearest, "nearest", "round each weight to the nearest grid value"},
+           {Rounding::kGptq, "gptq",
+            "GPTQ: round column by column, moving each error onto the columns left, weighted by "
+            "the inverse Hessian of the layer's calibration inputs"}},
+          {}},
+      EnumTable<Granularity>{
+          "granularity",
+          {{Granularity::kPerTensor, "per_tensor", "one scale for the tensor"},
+           {Granularity::kPerChannel, "per_channel", "one scale per output channel"},
+           {Granularity::kPerGroup, "per_group", "one scale per group of group_size weights"}},
+          {}},
+      EnumTable<LayerKind>{"layer kind",
+                           {{LayerKind::kLinear, "Linear", "fully connected"},
+                            {LayerKind::kConv1d, "Conv1d", ""},
+                            {LayerKind::kConv2d, "Conv2d", ""},
+                            {LayerKind::kConv3d, "Conv3d", ""},
+                            {LayerKind::kConvTranspose1d, "ConvTranspose1d", ""},
+                            {LayerKind::kConvTranspose2d, "ConvTranspose2d", ""},
+                            {LayerKind::kConvTranspose3d, "ConvTranspose3d", ""}},
+                           {}},
+      EnumTable<OptionType>{
+          "option type",
+          {{OptionType::kBool, "bool", "true or false"},
+           {OptionType::kInt, "int", "an integer"},
+           {OptionType::kNumber, "number", "a number"},
+           {OptionType::kString, "string", "a string"},
+           {OptionType::kIntList, "int list", "a non-empty list of integers, e.g. [1, 32]"}},
+          {}}};
+  return t;
+}
+
+}  // namespace
+
 template <class E>
-std::string EnumTable<E>::joined() const {
-  return join(names());
+const EnumTable<E>& enum_table() {
+  return std::get<EnumTable<E>>(tables());
 }
 
-template struct EnumTable<DType>;
-template struct EnumTable<Mode>;
-template struct EnumTable<Rounding>;
-template struct EnumTable<Granularity>;
-template struct EnumTable<LayerKind>;
-
-const EnumTable<DType>& dtype_table() {
-  static const EnumTable<DType> t{
-      "dtype",
-      {{DType::kInt8, "int8", "8-bit signed integer, symmetric by default"},
-       {DType::kUInt8, "uint8", "8-bit unsigned integer, affine (zero point)"},
-       {DType::kInt4, "int4", "4-bit signed integer, per-group scales, packed two per byte"},
-       {DType::kFp8E4M3, "fp8_e4m3fn", "OCP FP8 E4M3FN (max 448, no infinities)"},
-       {DType::kFp8E5M2, "fp8_e5m2", "OCP FP8 E5M2 (max 57344)"},
-       {DType::kNative, "native", "leave in the model's float type"}},
-      {{"float8_e4m3fn", DType::kFp8E4M3}, {"float8_e5m2", DType::kFp8E5M2}}};
-  return t;
-}
-
-const EnumTable<Mode>& mode_table() {
-  static const EnumTable<Mode> t{
-      "mode",
-      {{Mode::kWeightOnly, "weight_only_ptq", "quantize weights only; no calibration data"},
-       {Mode::kStatic, "static_ptq", "weights and activations; needs calibration data"},
-       {Mode::kDynamic, "dynamic_ptq", "weights offline, activations at run time"}},
-      {}};
-  return t;
-}
-
-const EnumTable<Rounding>& rounding_table() {
-  static const EnumTable<Rounding> t{
-      "rounding",
-      {{Rounding::kNearest, "nearest", "round each weight to the nearest grid value"},
-       {Rounding::kGptq, "gptq",
-        "GPTQ: round column by column, moving each error onto the columns left, weighted by "
-        "the inverse Hessian of the layer's calibration inputs"}},
-      {}};
-  return t;
-}
-
-const EnumTable<Granularity>& granularity_table() {
-  static const EnumTable<Granularity> t{
-      "granularity",
-      {{Granularity::kPerTensor, "per_tensor", "one scale for the tensor"},
-       {Granularity::kPerChannel, "per_channel", "one scale per output channel"},
-       {Granularity::kPerGroup, "per_group", "one scale per group of group_size weights"}},
-      {}};
-  return t;
-}
-
-const EnumTable<LayerKind>& layer_kind_table() {
-  static const EnumTable<LayerKind> t{"layer kind",
-                                      {{LayerKind::kLinear, "Linear", "fully connected"},
-                                       {LayerKind::kConv1d, "Conv1d", ""},
-                                       {LayerKind::kConv2d, "Conv2d", ""},
-                                       {LayerKind::kConv3d, "Conv3d", ""},
-                                       {LayerKind::kConvTranspose1d, "ConvTranspose1d", ""},
-                                       {LayerKind::kConvTranspose2d, "ConvTranspose2d", ""},
-                                       {LayerKind::kConvTranspose3d, "ConvTranspose3d", ""}},
-                                      {}};
-  return t;
-}
+template const EnumTable<DType>& enum_table();
+template const EnumTable<Mode>& enum_table();
+template const EnumTable<Rounding>& enum_table();
+template const EnumTable<Granularity>& enum_table();
+template const EnumTable<LayerKind>& enum_table();
+template const EnumTable<OptionType>& enum_table();
 
 DTypeTraits dtype_traits(DType d) {
   switch (d) {

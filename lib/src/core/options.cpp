@@ -5,20 +5,6 @@
 
 namespace tq {
 
-template struct EnumTable<OptionType>;
-
-const EnumTable<OptionType>& option_type_table() {
-  static const EnumTable<OptionType> t{
-      "option type",
-      {{OptionType::kBool, "bool", "true or false"},
-       {OptionType::kInt, "int", "an integer"},
-       {OptionType::kNumber, "number", "a number"},
-       {OptionType::kString, "string", "a string"},
-       {OptionType::kIntList, "int list", "a non-empty list of integers, e.g. [1, 32]"}},
-      {}};
-  return t;
-}
-
 namespace {
 
 bool within(const OptionDef& o, double v) {

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "taoquant/batch.h"
 
@@ -131,29 +133,93 @@ std::string model_name(const JobResult& j) {
   return j.model.empty() ? "-" : std::filesystem::path(j.model).filename().string();
 }
 
+// Every field of a job in a summary, in the order the reader checks them (its
+// first error is about the first bad field here). The member's type says how
+// the field is written and read (see job_value and JobFieldReader).
+using JobMember =
+    std::variant<std::string JobResult::*, size_t JobResult::*, JobStatus JobResult::*,
+                 int JobResult::*, double JobResult::*, std::optional<double> JobResult::*,
+                 std::vector<std::string> JobResult::*, bool JobResult::*>;
+struct JobField {
+  const char* key;
+  JobMember member;
+};
+const JobField kJobFields[] = {{"id", &JobResult::id},
+                               {"index", &JobResult::index},
+                               {"spec", &JobResult::spec},
+                               {"model", &JobResult::model},
+                               {"backend", &JobResult::backend},
+                               {"mode", &JobResult::mode},
+                               {"status", &JobResult::status},
+                               {"failure", &JobResult::failure},
+                               {"stage", &JobResult::stage},
+                               {"exit_code", &JobResult::exit_code},
+                               {"signal", &JobResult::signal},
+                               {"duration_s", &JobResult::duration_s},
+                               {"size_ratio", &JobResult::size_ratio},
+                               {"fp32_top1", &JobResult::fp32_top1},
+                               {"quant_top1", &JobResult::quant_top1},
+                               {"top1_drop", &JobResult::top1_drop},
+                               {"speedup", &JobResult::speedup},
+                               {"message", &JobResult::message},
+                               {"log_tail", &JobResult::log_tail},
+                               {"resumed", &JobResult::resumed}};
+
+// A field's JSON: the status by name, a missing or non-finite number as null.
+template <class T>
+json job_value(const T& v) {
+  if constexpr (std::is_same_v<T, JobStatus>)
+    return to_string(v);
+  else if constexpr (std::is_same_v<T, std::optional<double>>)
+    return opt(v);
+  else
+    return v;
+}
+
+// Reads one field of a job's JSON by the member's type: a string; an index
+// (an integer >= 0); a status name; an integer; a duration (a number, null
+// for 0); a number or null; a list of strings; a flag (false when missing).
+struct JobFieldReader {
+  const json& j;
+  const char* key;
+  const std::string& source;
+  const std::string& ctx;
+
+  void read(std::string& v) const { v = str_field(j, key, source, ctx); }
+  void read(size_t& v) const {
+    const int64_t index = int_field(j, key, source, ctx);
+    if (index < 0) bad(source, ctx + key, "must be >= 0");
+    v = static_cast<size_t>(index);
+  }
+  void read(JobStatus& v) const {
+    const std::string status = str_field(j, key, source, ctx);
+    const auto* named = std::find_if(std::begin(kStatusNames), std::end(kStatusNames),
+                                     [&](const auto& e) { return status == e.second; });
+    if (named == std::end(kStatusNames))
+      bad(source, ctx + key, "expected passed, failed or skipped, found '" + status + "'");
+    v = named->first;
+  }
+  void read(int& v) const { v = static_cast<int>(int_field(j, key, source, ctx)); }
+  void read(double& v) const { v = opt_field(j, key, source, ctx).value_or(0.0); }
+  void read(std::optional<double>& v) const { v = opt_field(j, key, source, ctx); }
+  void read(std::vector<std::string>& v) const {
+    const json& list = field(j, key, source, ctx);
+    if (!list.is_array()) bad(source, ctx + key, "expected a list of strings");
+    for (const auto& line : list) {
+      if (!line.is_string()) bad(source, ctx + key, "expected a list of strings");
+      v.push_back(line.get<std::string>());
+    }
+  }
+  void read(bool& v) const { v = j.value(key, false); }
+};
+
 }  // namespace
 
 json job_result_to_json(const JobResult& r) {
-  return {{"id", r.id},
-          {"index", r.index},
-          {"spec", r.spec},
-          {"model", r.model},
-          {"backend", r.backend},
-          {"mode", r.mode},
-          {"status", to_string(r.status)},
-          {"failure", r.failure},
-          {"stage", r.stage},
-          {"exit_code", r.exit_code},
-          {"signal", r.signal},
-          {"duration_s", r.duration_s},
-          {"size_ratio", opt(r.size_ratio)},
-          {"fp32_top1", opt(r.fp32_top1)},
-          {"quant_top1", opt(r.quant_top1)},
-          {"top1_drop", opt(r.top1_drop)},
-          {"speedup", opt(r.speedup)},
-          {"message", r.message},
-          {"log_tail", r.log_tail},
-          {"resumed", r.resumed}};
+  json j = json::object();
+  for (const auto& f : kJobFields)
+    std::visit([&](auto member) { j[f.key] = job_value(r.*member); }, f.member);
+  return j;
 }
 
 JobResult job_result_from_json(const json& j, const std::string& source) {
@@ -161,38 +227,12 @@ JobResult job_result_from_json(const json& j, const std::string& source) {
   const std::string ctx = j.is_object() && j.contains("id") && j["id"].is_string()
                               ? "job '" + j["id"].get<std::string>() + "': "
                               : "job: ";
-  r.id = str_field(j, "id", source, ctx);
-  const int64_t index = int_field(j, "index", source, ctx);
-  if (index < 0) bad(source, ctx + "index", "must be >= 0");
-  r.index = static_cast<size_t>(index);
-  r.spec = str_field(j, "spec", source, ctx);
-  r.model = str_field(j, "model", source, ctx);
-  r.backend = str_field(j, "backend", source, ctx);
-  r.mode = str_field(j, "mode", source, ctx);
-  const std::string status = str_field(j, "status", source, ctx);
-  const auto* named = std::find_if(std::begin(kStatusNames), std::end(kStatusNames),
-                                   [&](const auto& e) { return status == e.second; });
-  if (named == std::end(kStatusNames))
-    bad(source, ctx + "status", "expected passed, failed or skipped, found '" + status + "'");
-  r.status = named->first;
-  r.failure = str_field(j, "failure", source, ctx);
-  r.stage = str_field(j, "stage", source, ctx);
-  r.exit_code = static_cast<int>(int_field(j, "exit_code", source, ctx));
-  r.signal = static_cast<int>(int_field(j, "signal", source, ctx));
-  r.duration_s = opt_field(j, "duration_s", source, ctx).value_or(0.0);
-  r.size_ratio = opt_field(j, "size_ratio", source, ctx);
-  r.fp32_top1 = opt_field(j, "fp32_top1", source, ctx);
-  r.quant_top1 = opt_field(j, "quant_top1", source, ctx);
-  r.top1_drop = opt_field(j, "top1_drop", source, ctx);
-  r.speedup = opt_field(j, "speedup", source, ctx);
-  r.message = str_field(j, "message", source, ctx);
-  const json& tail = field(j, "log_tail", source, ctx);
-  if (!tail.is_array()) bad(source, ctx + "log_tail", "expected a list of strings");
-  for (const auto& line : tail) {
-    if (!line.is_string()) bad(source, ctx + "log_tail", "expected a list of strings");
-    r.log_tail.push_back(line.get<std::string>());
-  }
-  r.resumed = j.value("resumed", false);
+  for (const auto& f : kJobFields)
+    std::visit(
+        [&](auto member) {
+          JobFieldReader{j, f.key, source, ctx}.read(r.*member);
+        },
+        f.member);
   return r;
 }
 
