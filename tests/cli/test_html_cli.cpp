@@ -83,7 +83,13 @@ void check_quantize_page(const fs::path& dir, const std::string& shot) {
                                std::to_string(t["layers"].get<int>())));
   CHECK_THAT(run.dom, Contains(rep["model"]["path"].get<std::string>()));
   CHECK(hists == t["quantized_layers"].get<size_t>());
-  CHECK(tqtest::count(run.dom, "<g class=\"row\">") == rep["layers"].size());
+  // One bar per layer in the SQNR chart, and one per layer of the
+  // sensitivity table's chart (every report has one when there is data).
+  const json& sens = rep.value("sensitivity", json::object());
+  const size_t sens_rows = sens.contains("layers") ? sens["layers"].size() : 0;
+  CHECK(sens_rows > 0);
+  CHECK(tqtest::count(run.dom, "<g class=\"row\">") == rep["layers"].size() + sens_rows);
+  CHECK_THAT(run.dom, Contains("id=\"sensitivity-table\""));
   CHECK(tqtest::count(run.dom, "class=\"hist-chart\"") == hists);
   CHECK(run.page_requests.empty());
   tqtest::screenshot(html.string(), shot, 1280, 1400, (dir / "chromium").string());
