@@ -74,8 +74,8 @@ SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& op
 std::optional<SensitivityOptions> sensitivity_request(const Spec& spec, bool by_default = false);
 // Samples per probe of the automatic table: its 2L+2 forward passes (L
 // quantized layers, each alone and each alone float, plus all and none)
-// cost about one pass over `calibration_samples` (256 when nothing was
-// calibrated), within [4, 64].
+// cost about one pass over `calibration_samples` (64 when nothing was
+// calibrated), within [1, 64].
 size_t automatic_sensitivity_samples(size_t quantized_layers, size_t calibration_samples);
 // The evaluation data of sensitivity and tune for `data` ("test",
 // "calibration", or empty: test when set): its spec key, checked to be set

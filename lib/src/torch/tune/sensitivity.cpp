@@ -149,9 +149,9 @@ std::optional<SensitivityOptions> sensitivity_request(const Spec& spec, bool by_
 }
 
 size_t automatic_sensitivity_samples(size_t quantized_layers, size_t calibration_samples) {
-  const size_t pass = calibration_samples > 0 ? calibration_samples : 256;
+  const size_t pass = calibration_samples > 0 ? calibration_samples : 64;
   const size_t probes = 2 * quantized_layers + 2;
-  return std::clamp<size_t>((pass + probes - 1) / probes, 4, 64);
+  return std::clamp<size_t>((pass + probes - 1) / probes, 1, 64);
 }
 
 nlohmann::json SensitivityReport::to_json() const {
