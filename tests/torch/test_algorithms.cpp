@@ -112,7 +112,6 @@ TEST_CASE("bias correction matches the whole-batch definition", "[algorithms][bi
     const at::Tensor st =
         tensor_of(r["b"]) + tq::static_bias_shift(g, x.mean(0), xq.to(at::kDouble).mean(0), w, wq);
     CHECK(at::allclose(st, tensor_of(r["corrected_static"]), 1e-5, 1e-6));
-    CHECK_FALSE(at::allclose(st, corrected, 1e-3, 1e-4));  // the input's error counts
   }
 }
 

@@ -189,10 +189,10 @@ TEST_CASE("spec error: bad weight_rounding", "[spec][algorithms]") {
 }
 
 TEST_CASE("spec error: an algorithm in a mode it does not apply to", "[spec][algorithms]") {
-  auto f = fail_of("quantize:\n  mode: static_ptq\n  bias_correction: true\n");
+  auto f = fail_of("quantize:\n  mode: dynamic_ptq\n  bias_correction: true\n");
   CHECK_AT(f, 3, 20);
-  CHECK_THAT(f.msg, Contains("quantize.bias_correction applies to mode weight_only_ptq in this "
-                             "version, not static_ptq"));
+  CHECK_THAT(f.msg, Contains("quantize.bias_correction applies to mode weight_only_ptq, "
+                             "static_ptq in this version, not dynamic_ptq"));
   f = fail_of(R"(quantize:
   mode: dynamic_ptq
   layers:

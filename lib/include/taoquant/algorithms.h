@@ -35,6 +35,9 @@ struct GptqSettings {
   // Round columns in order of decreasing Hessian diagonal (the default: on
   // the trained nets it never lost to nearest where plain order once did).
   bool act_order = true;
+  // Each channel's (group's) scale shrunk by the factor in {1, 0.95, ..., 0.5}
+  // with the least input-weighted rounding error before GPTQ rounds on it.
+  bool scale_search = true;
 };
 
 // Cross-layer equalization (Nagel et al. 2019): rescales the channels

@@ -24,7 +24,8 @@ const std::vector<AlgorithmDef>& algorithm_defs() {
        {Mode::kWeightOnly}},
       {"weight_rounding",
        "nearest (default) | gptq, or {method: gptq, damp: 0.01, block_size: 128, act_order: "
-       "true}: how quantized weights are rounded; per layer: weights.rounding",
+       "true, scale_search: true}: how quantized weights are rounded; per layer: "
+       "weights.rounding",
        {Mode::kWeightOnly}},
       {"bias_correction",
        "true: subtract each quantized layer's mean output error, measured on the calibration "
@@ -71,8 +72,10 @@ nlohmann::json algorithms_to_json(const AlgorithmSettings& a) {
                    {"awq", a.awq.enabled}};
   if (a.equalization.enabled) j["equalization_iterations"] = a.equalization.iterations;
   if (a.weight_rounding == Rounding::kGptq)
-    j["gptq"] = {
-        {"damp", a.gptq.damp}, {"block_size", a.gptq.block_size}, {"act_order", a.gptq.act_order}};
+    j["gptq"] = {{"damp", a.gptq.damp},
+                 {"block_size", a.gptq.block_size},
+                 {"act_order", a.gptq.act_order},
+                 {"scale_search", a.gptq.scale_search}};
   if (a.smoothquant.enabled) j["smoothquant_alpha"] = a.smoothquant.alpha;
   if (a.awq.enabled) j["awq_grid"] = a.awq.grid;
   return j;

@@ -273,7 +273,8 @@ std::vector<LayerRule> read_layers(const Node& n, const std::string& path) {
   return out;
 }
 
-// quantize.weight_rounding: a method name, or {method, damp, block_size, act_order}.
+// quantize.weight_rounding: a method name, or {method, damp, block_size, act_order,
+// scale_search}.
 void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSettings& a) {
   a.weight_rounding_loc = n.loc;
   if (n.is_scalar()) {
@@ -281,7 +282,7 @@ void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSetti
     return;
   }
   Section s(n, path);
-  s.only({"method", "damp", "block_size", "act_order"});
+  s.only({"method", "damp", "block_size", "act_order", "scale_search"});
   if (!s.get("method"))
     fail(n, path,
          "needs method: " + rounding_table().joined() +
@@ -290,6 +291,7 @@ void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSetti
   s.read("damp", a.gptq.damp, positive_number());
   s.read("block_size", a.gptq.block_size, int_at_least(1));
   s.read("act_order", a.gptq.act_order, to_bool);
+  s.read("scale_search", a.gptq.scale_search, to_bool);
 }
 
 // `true | false`, or a mapping of the algorithm's settings (`read` reads
