@@ -237,7 +237,7 @@ TEST_CASE("HTML: a batch summary links each job's reports", "[cli][html][batch]"
   const std::string spec = static_spec(dir, "fmnist/cnn.pt", "fmnist/calib.npz");
   std::ofstream(dir / "manifest.yaml")
       << "jobs:\n  - spec: spec.yaml\n    id: cnn-w8\n    evaluate: true\n"
-         "    overrides: [quantize.mode=weight_only_ptq]\n"
+         "    overrides: [quantize.mode=weight_only_ptq, 'quantize.backend_kwargs={}']\n"
          "  - spec: spec.yaml\n    id: cnn-s8\n    evaluate: true\n"
          "  - spec: spec.yaml\n    id: vit-s8\n    evaluate: true\n"
          "    overrides: [quantize.model_path="
