@@ -10,10 +10,11 @@ using nlohmann::json;
 namespace {
 
 json job_row(const json& j) {
-  const std::string status = str(j, "status");
+  const std::string status = str(j, "status"), model = str(j, "model");
   return {{"index", str(j, "index")},
           {"id", str(j, "id")},
-          {"model", str(j, "model")},
+          {"model", model},  // the full path, as a tooltip; the table shows the file name
+          {"model_name", model.substr(model.find_last_of('/') + 1)},
           {"backend", str(j, "backend")},
           {"mode", str(j, "mode")},
           {"status", status},

@@ -450,6 +450,8 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
     if (!sensitivity.is_null()) {
       out.report["sensitivity"] = std::move(sensitivity);
       out.report["timings"]["sensitivity_s"] = since(t0);
+      out.total_seconds = since(t_start);  // the table is part of the run
+      out.report["timings"]["total_s"] = out.total_seconds;
     }
   } catch (...) {
     std::error_code ec;
