@@ -267,9 +267,6 @@ void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContex
   ctx.extra_files["tao_quant_meta.json"] = meta.dump(2);
 }
 
-// The backend writes the artifact. A backend that fails while writing leaves
-// no partial artifact: a file it created or changed at the path is removed
-// (an older artifact it never touched stays).
 // The backend saves the artifact under its temporary name (partial_path),
 // made durable; on any failure that file is gone and the earlier result, if
 // any, is untouched.
