@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "option_table.h"
 #include "taoquant/error.h"
+#include "taoquant/model.h"
 #include "taoquant/plugin.h"
 
 namespace {
@@ -99,6 +100,7 @@ int run(int argc, char** argv) {
 
   setup_logging(opts);
   apply_thread_env();
+  tq::log_torch_warnings_once();
   try {
     tq::load_plugins(opts.plugins, /*from_env=*/true);
     for (const auto& [sub, cmd] : subs)

@@ -17,20 +17,24 @@ using QuantType = jit::QuantMode;
 void StaticPtq::dynamic(QuantizeContext& ctx) {
   ctx.backend_meta["engine"] = select_engine(ctx);
   ObserverTable table;
+  ObserverTemplate act;  // activations: qparams are chosen at run time
+  act.observer = "minmax";
+  act.cfg.dtype = DType::kUInt8;
+  const int ai = table.add_template(act);
+  const int w_default = table.add_template(weight_template(ctx.plan, nullptr));
   jit::QConfigs qd;
-  qd[""] = std::nullopt;
+  qd[""] = std::make_tuple(table.make_module(ai), table.make_module(w_default));
   std::map<std::string, std::string> reasons;
   for (const auto& lp : ctx.plan.layers) {
     if (!lp.quantized()) {
       reasons[lp.info.name] = lp.why_float();
+      qd[lp.info.name] = std::nullopt;
       continue;
     }
-    ObserverTemplate a;  // activations: qparams are chosen at run time
-    a.observer = "minmax";
-    a.cfg.dtype = DType::kUInt8;
-    int ai = table.add_template(a);
-    int wi = table.add_template(weight_template(ctx.plan, &lp));
-    qd[lp.info.name] = std::make_tuple(table.make_module(ai), table.make_module(wi));
+    auto wt = weight_template(ctx.plan, &lp);
+    if (same_settings(wt, table.templates()[static_cast<size_t>(w_default)])) continue;
+    qd[lp.info.name] =
+        std::make_tuple(table.make_module(ai), table.make_module(table.add_template(wt)));
   }
   Module work = ctx.model.clone();
   work.eval();

@@ -20,6 +20,13 @@ namespace tq::libtorch {
 // per_tensor; minmax unless a `layers` rule names an observer.
 ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp);
 
+// Whether two observer templates make the same observer. Layers whose
+// settings equal the defaults share the root qconfig: per-layer entries
+// would give instances of one TorchScript type (the encoder layers' attention
+// out_proj in ViT) different observers, which LibTorch's InsertObservers
+// cannot express.
+bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b);
+
 // Fills a layer result from its int8 weight qparams: scale range, weight
 // SQNR and stored bytes. Returns the weight rounded to its grid.
 at::Tensor weight_result(LayerResult& r, const at::Tensor& w, const QParams& wq);

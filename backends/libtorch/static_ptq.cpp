@@ -130,6 +130,13 @@ ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp) {
 
 // Fills a layer result from its int8 weight qparams: scale range, weight
 // SQNR and stored bytes. Returns the weight rounded to its grid.
+bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
+  return a.observer == b.observer && a.cfg.dtype == b.cfg.dtype &&
+         a.cfg.symmetric == b.cfg.symmetric && a.cfg.per_channel == b.cfg.per_channel &&
+         a.cfg.axis == b.cfg.axis && a.cfg.reduce_range == b.cfg.reduce_range &&
+         a.cfg.kwargs == b.cfg.kwargs;
+}
+
 at::Tensor weight_result(LayerResult& r, const at::Tensor& w, const QParams& wq) {
   auto [mn, mx] = std::minmax_element(wq.scale.begin(), wq.scale.end());
   r.scale_min = *mn;
@@ -199,12 +206,6 @@ std::vector<at::Tensor> slice_batch(const std::vector<at::Tensor>& in, int64_t n
   return out;
 }
 
-bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b) {
-  return a.observer == b.observer && a.cfg.dtype == b.cfg.dtype &&
-         a.cfg.symmetric == b.cfg.symmetric && a.cfg.per_channel == b.cfg.per_channel &&
-         a.cfg.axis == b.cfg.axis && a.cfg.reduce_range == b.cfg.reduce_range &&
-         a.cfg.kwargs == b.cfg.kwargs;
-}
 
 // A fresh observer table (s.table) and the qconfig of each layer of the plan
 // (minus `keep_float`), for LibTorch's InsertObservers.

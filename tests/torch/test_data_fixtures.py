@@ -27,10 +27,15 @@ them. The values follow simple formulas the tests recompute:
   corrupt.npz        not a zip file
   raising.pt         a scripted Conv2d(1, 4, 3) model whose forward raises its own
                      ValueError (a two-line message) on fmnist-shaped input
+  named_out.pt       conv -> relu -> pool -> linear on fmnist-shaped input, returning
+                     Heads(logits, features, aux=None), a NamedTuple (like GoogLeNet's)
+  dict_out.pt        the same net returning {"logits": ..., "features": ...}
+  nested_out.pt      the same net returning (logits, (features, pooled))
 """
 
 import os
 import sys
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -49,6 +54,44 @@ class Raising(torch.nn.Module):
             raise ValueError("input rejected by the model: values must be in [-1, 1]\n"
                              "(normalize the calibration data first)")
         return y
+
+
+class Heads(NamedTuple):
+    logits: torch.Tensor
+    features: torch.Tensor
+    aux: Optional[torch.Tensor]
+
+
+class Trunk(torch.nn.Module):
+    """conv -> relu -> max-pool -> linear: every mode has a layer to quantize."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3)
+        self.fc = torch.nn.Linear(4 * 13 * 13, 10)
+
+    def parts(self, x):
+        f = torch.relu(self.conv(x))
+        p = torch.nn.functional.max_pool2d(f, 2)
+        return self.fc(torch.flatten(p, 1)), f, p
+
+
+class NamedOut(Trunk):
+    def forward(self, x) -> Heads:
+        logits, f, _ = self.parts(x)
+        return Heads(logits, f, None)
+
+
+class DictOut(Trunk):
+    def forward(self, x) -> Dict[str, torch.Tensor]:
+        logits, f, _ = self.parts(x)
+        return {"logits": logits, "features": f}
+
+
+class NestedOut(Trunk):
+    def forward(self, x) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        logits, f, p = self.parts(x)
+        return logits, (f, p)
 
 
 def main(argv):
@@ -82,6 +125,9 @@ def main(argv):
     torch.save((t, torch.arange(6)), p("tuple.pt"))
     torch.save({"x": t, "y": torch.arange(6) % 2}, p("dict.pt"))
     torch.jit.script(Raising()).save(p("raising.pt"))
+    for name, cls in (("named_out", NamedOut), ("dict_out", DictOut), ("nested_out", NestedOut)):
+        torch.manual_seed(0)
+        torch.jit.script(cls().eval()).save(p(name + ".pt"))
 
     rng = np.random.default_rng(0)
     fx = rng.standard_normal((16, 1, 28, 28)).astype(np.float32)

@@ -269,6 +269,34 @@ graph(%q : Tensor):
   CHECK(g->outputs()[0]->node()->input(1)->type()->kind() == c10::TypeKind::NoneType);
 }
 
+TEST_CASE("jit dequantize_tuple_elements: a NamedTuple keeps its type", "[jit]") {
+  // Scripted GoogLeNet returns GoogLeNetOutputs(logits, None, None); a plain
+  // tuple in its place makes the saved artifact fail to load.
+  auto g = parse(R"IR(
+graph(%q : Tensor):
+  %none : NoneType = prim::Constant()
+  %t : (Tensor, NoneType) = prim::TupleConstruct(%q, %none)
+  %d : (Tensor, NoneType) = aten::dequantize(%t)
+  return (%d)
+)IR");
+  auto named = c10::TupleType::createNamed(
+      c10::QualifiedName("Outputs"), std::vector<std::string>{"logits", "aux"},
+      std::vector<c10::TypePtr>{c10::TensorType::get(),
+                                c10::OptionalType::create(c10::TensorType::get())});
+  Node* construct = g->outputs()[0]->node()->input(0)->node();
+  construct->output()->setType(named);
+  g->outputs()[0]->setType(named);
+  CHECK(jit::dequantize_tuple_elements(*g) == 1);
+  Node* rebuilt = g->outputs()[0]->node();
+  REQUIRE(rebuilt->kind() == torch::jit::prim::TupleConstruct);
+  auto type = rebuilt->output()->type()->cast<c10::TupleType>();
+  REQUIRE(type);
+  REQUIRE(type->schema());
+  CHECK(type->str() == "Outputs");
+  CHECK(type->schema()->arguments().at(0).name() == "logits");
+  FileCheck().check("aten::dequantize(%q)")->check("prim::TupleConstruct")->run(*g);
+}
+
 TEST_CASE("jit dequantize_tuple_elements: a tuple from elsewhere is unpacked", "[jit]") {
   auto g = parse(R"IR(
 graph(%t : (Tensor, Tensor), %c : bool):

@@ -5,6 +5,8 @@
 #include <torch/script.h>
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -326,6 +328,30 @@ TEST_CASE("dynamic int8 runs Linear layers through quantized::linear_dynamic", "
   CHECK(count_nodes(q, "quantized::linear_dynamic") == 2);
   auto fp32 = torch::jit::load(kCnn);
   CHECK(top1(fp32, 2000) - top1(q, 2000) <= 0.005);
+}
+
+TEST_CASE("dynamic int8 of nn.TransformerEncoder: shared attention types, every Linear",
+          "[e2e][dynamic]") {
+  // The encoder layers' attention out_proj instances share one TorchScript
+  // type; a qconfig per layer made InsertObservers refuse the model (the
+  // zoo's ViT jobs in dynamic mode).
+  auto dir = tmpdir("dyn_encoder");
+  const std::string model = kModels + "/tiny/encoder.pt";
+  auto out = quantize("results_dir: " + dir +
+                      "\nquantize:\n  backend: libtorch\n  mode: dynamic_ptq\n"
+                      "  default_layer_dtype: int8\n  model_path: " +
+                      model + "\n");
+  size_t quantized = 0;
+  for (const auto& l : out.layers) quantized += l.kept_float ? 0 : 1;
+  CHECK(quantized == out.layers.size());
+  CHECK(quantized == 8);
+  auto q = torch::jit::load(out.artifact_path);
+  auto f = torch::jit::load(model);
+  torch::NoGradGuard ng;
+  auto x = torch::randn({4, 8, 16}, torch::TensorOptions().dtype(torch::kFloat));
+  auto yf = f.forward({x}).toTensor(), yq = q.forward({x}).toTensor();
+  const double sqnr = 10 * std::log10((yf.pow(2).sum() / (yf - yq).pow(2).sum()).item<double>());
+  CHECK(sqnr > 20.0);
 }
 
 TEST_CASE("bad models and specs: exit codes and messages", "[e2e][errors]") {

@@ -5,6 +5,7 @@
 #include "core/messages.h"
 #include "taoquant/batch.h"
 #include "taoquant/spec.h"
+#include "taoquant/strings.h"
 
 using Catch::Matchers::Contains;
 using Catch::Matchers::EndsWith;
@@ -68,4 +69,15 @@ TEST_CASE("messages: a path too long for the OS is not 'does not exist'", "[spec
     CHECK_THAT(std::string(e.what()),
                Contains("is too long for the file system") && !Contains("does not exist"));
   }
+}
+
+TEST_CASE("messages: first_line skips the blank lines LibTorch's script errors start with",
+          "[messages]") {
+  CHECK(tq::first_line("one\ntwo") == "one");
+  CHECK(tq::first_line("\nReturn value was annotated as X\n  File \"code\"") ==
+        "Return value was annotated as X");
+  CHECK(tq::first_line(" \n\t\nlast") == "last");
+  CHECK(tq::first_line("no newline") == "no newline");
+  CHECK(tq::first_line("") == "");
+  CHECK(tq::first_line("\n\n") == "");
 }

@@ -29,6 +29,24 @@ torch::jit::Module find_submodule(const torch::jit::Module& model, const std::st
 // "Conv2d" for "__torch__.torch.nn.modules.conv.___torch_mangle_3.Conv2d".
 std::string module_class_name(const torch::jit::Module& m);
 
+// The type `forward` returns, as its TorchScript schema names it
+// ("__torch__.torchvision.models.googlenet.GoogLeNetOutputs", "Tensor",
+// "Dict[str, Tensor]"), without LibTorch's ___torch_mangle_N name parts.
+std::string forward_return_type(const torch::jit::Module& m);
+
+// Loads a written artifact as plain LibTorch or PyTorch would, compiling its
+// code, and checks that its forward returns `expected` (the float model's
+// forward_return_type). Otherwise a RuntimeError naming the artifact and the
+// backend: an artifact that cannot run where the float model runs is never
+// published.
+void check_artifact_loads(const std::string& path, const std::string& expected,
+                          const std::string& backend);
+
+// Routes LibTorch's warnings (a model's own torch.warn, once per forward:
+// scripted GoogLeNet warns on every call) to the log, each distinct message
+// once per process. For the whole process; the CLI calls it at start.
+void log_torch_warnings_once();
+
 // Total bytes of parameters and buffers.
 size_t model_tensor_bytes(const torch::jit::Module& model);
 

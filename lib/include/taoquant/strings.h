@@ -8,7 +8,8 @@ namespace tq {
 
 // "a, b, c" (or with another separator); "" for none.
 std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");
-// The text up to the first newline (LibTorch messages carry a backtrace after it).
+// The first line that is not blank (LibTorch messages start with a newline
+// and carry a backtrace after it).
 std::string first_line(const std::string& s);
 // `v` with `prec` digits after the point ("3.14").
 std::string format_fixed(double v, int prec);

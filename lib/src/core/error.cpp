@@ -109,8 +109,11 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
 }
 
 std::string first_line(const std::string& s) {
-  const auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
+  // LibTorch's script errors start with a newline: skip blank lines.
+  const auto start = s.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) return s.substr(0, s.find('\n'));
+  const auto nl = s.find('\n', start);
+  return s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
 }
 
 std::string format_fixed(double v, int prec) {

@@ -3,12 +3,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
 #include <torch/script.h>
 
 #include "core/messages.h"
@@ -116,6 +120,59 @@ torch::jit::Module find_submodule(const torch::jit::Module& model, const std::st
     cur = v.toModule();
   }
   return cur;
+}
+
+std::string forward_return_type(const torch::jit::Module& m) {
+  const auto& returns = m.get_method("forward").function().getSchema().returns();
+  std::string s;
+  for (const auto& r : returns) s += (s.empty() ? "" : ", ") + r.type()->annotation_str();
+  // "___torch_mangle_<digits>." removed wherever it occurs.
+  static const std::string mangle = "___torch_mangle_";
+  for (size_t at = s.find(mangle); at != std::string::npos; at = s.find(mangle, at)) {
+    size_t end = at + mangle.size();
+    while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
+    if (end < s.size() && s[end] == '.' && end > at + mangle.size())
+      s.erase(at, end + 1 - at);
+    else
+      at = end;
+  }
+  return s;
+}
+
+void check_artifact_loads(const std::string& path, const std::string& expected,
+                          const std::string& backend) {
+  const std::string what = "the artifact '" + path + "' written by backend '" + backend + "'";
+  std::string got;
+  try {
+    got = forward_return_type(torch::jit::load(path, torch::kCPU));
+  } catch (const c10::Error& e) {
+    throw RuntimeError(what + " does not load in LibTorch: " +
+                       first_line(e.what_without_backtrace()) + "; it was not published");
+  }
+  if (got != expected)
+    throw RuntimeError(what + " returns " + got + " where the float model returns " + expected +
+                       "; it was not published");
+}
+
+namespace {
+
+class OnceWarningHandler : public c10::WarningHandler {
+ public:
+  void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seen_.insert(msg).second) spdlog::warn("LibTorch: {}", first_line(msg));
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> seen_;
+};
+
+}  // namespace
+
+void log_torch_warnings_once() {
+  static OnceWarningHandler handler;
+  c10::Warning::set_warning_handler(&handler);
 }
 
 size_t model_tensor_bytes(const torch::jit::Module& model) {

@@ -268,10 +268,11 @@ void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContex
 }
 
 // The backend saves the artifact under its temporary name (partial_path),
-// made durable; on any failure that file is gone and the earlier result, if
-// any, is untouched.
+// made durable, and it must load as plain LibTorch loads it and return the
+// float model's type; on any failure that file is gone and the earlier
+// result, if any, is untouched.
 void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::string& partial,
-                   bool verbose) {
+                   const std::string& return_type, bool verbose) {
   const std::string& name = ctx.plan.backend_requested;
   std::error_code ec;
   fs::create_directories(fs::path(partial).parent_path(), ec);  // the backend writes into it
@@ -280,6 +281,7 @@ void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::st
     if (!fs::exists(partial))
       throw RuntimeError("backend '" + name + "' did not write the artifact '" + partial + "'");
     sync_file(partial);
+    check_artifact_loads(partial, return_type, name);
   } catch (...) {
     fs::remove(partial, ec);
     throw;
@@ -395,6 +397,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   auto t0 = Clock::now();
   auto model = load_model(spec.quantize.model_path, spec.loc("quantize.model_path"), opts.verbose);
   const double load_s = since(t0);
+  const std::string return_type = forward_return_type(model);
   out.model_file_bytes = file_size_or_zero(spec.quantize.model_path);
   t0 = Clock::now();
   out.plan = plan_for(spec, checked, model);
@@ -423,7 +426,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   embed_metadata(spec, out, ctx);
   t0 = Clock::now();
   const std::string partial = partial_path(out.artifact_path);
-  save_artifact(*quantizer, ctx, partial, opts.verbose);
+  save_artifact(*quantizer, ctx, partial, return_type, opts.verbose);
   times.save_s = since(t0);
   out.artifact_file_bytes = file_size_or_zero(partial);
   out.total_seconds = since(t_start);

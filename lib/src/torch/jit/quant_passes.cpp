@@ -43,7 +43,10 @@ void dequantize_elements(Node* n) {
     dq->output()->setType(e->type());
     out.push_back(dq->output());
   }
-  Node* tuple = g.insertNode(g.createTuple(out));
+  // A NamedTuple (GoogLeNetOutputs) keeps its type: the method's return
+  // annotation names it, and a plain tuple would not load.
+  auto type = t->type()->expect<c10::TupleType>();
+  Node* tuple = g.insertNode(g.createTuple(out, type->schema() ? type : nullptr));
   n->output()->replaceAllUsesWith(tuple->output());
   n->destroy();
 }
