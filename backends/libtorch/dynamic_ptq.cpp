@@ -14,6 +14,14 @@ namespace tq::libtorch {
 using torch::jit::Module;
 using QuantType = jit::QuantMode;
 
+namespace {
+
+constexpr const char* kNotReachedDynamic =
+    "LibTorch's dynamic pass does not reach this layer: a function reads its weight "
+    "(nn.MultiheadAttention's out_proj); it stays float";
+
+}  // namespace
+
 void StaticPtq::dynamic(QuantizeContext& ctx) {
   ctx.backend_meta["engine"] = select_engine(ctx);
   ObserverTable table;
@@ -38,6 +46,7 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
   }
   Module work = ctx.model.clone();
   work.eval();
+  if (const size_t n = drop_fused_fast_paths(work)) ctx.backend_meta["fused_fast_paths_dropped"] = n;
   Module observed;
   try {
     observed = jit::insert_observers(work, qd, QuantType::kDynamic, /*inplace=*/false);
@@ -74,8 +83,14 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
       r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor"
                                                                           : "int8/per_channel";
       r.activation_format = "uint8/dynamic";
-      if (const ObserverSlot* ws = table.find_label(lp.info.name + ":weight"))
+      if (const ObserverSlot* ws = table.find_label(lp.info.name + ":weight")) {
         weight_result(r, w, table.qparams(ws->id));
+      } else {  // the pass never saw the layer called (a function reads its weight)
+        r = layer_result(lp);
+        r.bytes_before = r.bytes_after = static_cast<size_t>(w.numel()) * w.element_size();
+        r.kept_float = true;
+        r.reason = kNotReachedDynamic;
+      }
     }
     ctx.add_layer_result(std::move(r));
   }

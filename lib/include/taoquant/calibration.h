@@ -167,4 +167,15 @@ struct BranchSpecialization {
 BranchSpecialization specialize_branches(torch::jit::Module& model,
                                          const std::vector<at::Tensor>& sample);
 
+// Without data (dynamic PTQ): the inference fast paths of
+// nn.TransformerEncoderLayer and nn.MultiheadAttention
+// (aten::_transformer_encoder_layer_fwd, aten::_native_multi_head_attention)
+// read the Linear layers' float weights directly, so a quantized Linear would
+// be bypassed whenever the fast path runs (eval, no grad: every inference).
+// Each `if` with such a fused op on one side only is replaced by its other
+// side, the module-by-module path (calls are not inlined). Returns
+// how many ifs were replaced. (The Fashion-MNIST ViT, nn.TransformerEncoder,
+// torchvision vit_b_16.)
+size_t drop_fused_fast_paths(torch::jit::Module& model);
+
 }  // namespace tq

@@ -4,6 +4,7 @@
 // consistently) work on models such as nn.TransformerEncoderLayer and
 // torchvision's EfficientNet.
 #include <set>
+#include <tuple>
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/script.h>
@@ -137,7 +138,44 @@ void apply_decisions(const std::vector<Site>& sites, const std::vector<BranchCou
   }
 }
 
+bool is_fused_fast_path(Node* n) {
+  return n->kind() == c10::Symbol::fromQualString("aten::_transformer_encoder_layer_fwd") ||
+         n->kind() == c10::Symbol::fromQualString("aten::_native_multi_head_attention");
+}
+
+bool holds_fused(torch::jit::Block* b) {
+  return !jit::find_nodes(b, is_fused_fast_path).empty();
+}
+
+// The outermost `if` with a fused op on one side only, and that side.
+std::pair<Node*, size_t> fused_branch(const std::shared_ptr<Graph>& g) {
+  for (Node* n : jit::find_nodes(g->block(), is_if)) {
+    const bool in0 = holds_fused(n->blocks()[0]), in1 = holds_fused(n->blocks()[1]);
+    if (in0 != in1) return {n, in0 ? 0 : 1};
+  }
+  return {nullptr, 0};
+}
+
 }  // namespace
+
+size_t drop_fused_fast_paths(torch::jit::Module& model) {
+  bool all_eval = true;
+  for (const auto& inst : jit::module_instances(model))
+    all_eval = all_eval && !inst.module.is_training();
+  // No inlining: LibTorch's dynamic pass quantizes Linear modules called by
+  // a method, not the linear calls inside functions (multi_head_attention_forward).
+  size_t dropped = 0;
+  for (const auto& g : reached_graphs(model)) {
+    if (all_eval) jit::fold_training_flags(*g);
+    jit::fold_constants(g);
+    for (auto [n, fused] = fused_branch(g); n; std::tie(n, fused) = fused_branch(g)) {
+      jit::inline_branch(n, 1 - fused);
+      ++dropped;
+    }
+    jit::fold_constants(g);
+  }
+  return dropped;
+}
 
 BranchSpecialization specialize_branches(torch::jit::Module& model,
                                          const std::vector<at::Tensor>& sample) {
