@@ -12,6 +12,15 @@ float model computes the same outputs (checked here to 1e-5, relative); the
 per-channel ranges become as uneven as those of trained depthwise nets, the
 case where per-tensor quantization collapses and cross-layer equalization
 (Nagel et al. 2019) helps.
+
+The trained MobileNetV2-style net (FmnistMobileNetV2 in train_fmnist.py) gets
+the same treatment on each "BatchNorm -> ReLU6 -> layer" link inside a block
+or the head (expand -> depthwise, depthwise -> project, head conv -> fc
+through pooling; not the stem, whose output the first residual add reads): the BatchNorm's gamma and beta times s_i, the next layer's
+input channel i divided by s_i (a depthwise filter: filter i). ReLU6 does
+not commute with a scale, so it becomes a per-channel clip,
+minimum(relu(x), 6 s_i), held in a `_tq_clip` buffer (the form tao-quant's
+own equalization writes): exact again.
 """
 import math
 import os
@@ -52,9 +61,61 @@ def imbalance(m, a, g):
             w.view(w.shape[0], n, -1).div_(s.view(1, -1, 1))
 
 
+class ChannelClip(torch.nn.Module):
+    """ReLU6 with a clip per channel: minimum(relu(x), _tq_clip[c])."""
+
+    def __init__(self, clip):
+        super().__init__()
+        self.register_buffer("_tq_clip", clip.view(1, -1, 1, 1).clone())
+
+    def forward(self, x):
+        return torch.minimum(torch.relu(x), self._tq_clip)
+
+
+def mbv2_links(m):
+    """(BatchNorm, module holding the ReLU6, its name, next layer) of each link.
+    Not the stem: its output also feeds the first block's residual add."""
+    links = []
+    for block in m.blocks:
+        c = block.conv
+        if hasattr(c, "expand"):
+            links.append((c.bn1, c, "relu1", c.dw))
+        links.append((c.bn2, c, "relu2", c.project))
+    links.append((m.head.bn, m.head, "relu", m.fc))
+    return links
+
+
+def imbalance_mbv2(scripted, a, g):
+    from train_fmnist import FmnistMobileNetV2
+    m = FmnistMobileNetV2()
+    m.load_state_dict(scripted.state_dict())
+    m.eval()
+    for bn, parent, name, nxt in mbv2_links(m):
+        n = bn.weight.shape[0]
+        s = torch.exp(torch.empty(n).uniform_(-math.log(a.spread), math.log(a.spread),
+                                              generator=g))
+        bn.weight.mul_(s)
+        bn.bias.mul_(s)
+        setattr(parent, name, ChannelClip(6.0 * s))
+        w = nxt.weight
+        if w.dim() == 4 and nxt.groups == n:  # depthwise: filter i reads channel i
+            w.div_(s.view(-1, 1, 1, 1))
+        elif w.dim() == 4:
+            w.div_(s.view(1, -1, 1, 1))
+        else:
+            w.div_(s.view(1, -1))
+    return torch.jit.script(m)
+
+
+def transform(m, a, g):
+    if m.original_name == "FmnistMobileNetV2":
+        return imbalance_mbv2(m, a, g)
+    return imbalance(m, a, g)
+
+
 def main():
     make_variant("make_imbalanced",
-                 lambda ap: ap.add_argument("--spread", type=float, default=40.0), imbalance)
+                 lambda ap: ap.add_argument("--spread", type=float, default=40.0), transform)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 #   OUTDIR  default: models/ at the repository root (relative paths are
 #           taken from the current directory)
 #   PART    fmnist  -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json,
-#                      cnn_imbalanced.pt (a function-preserving variant, make_imbalanced.py),
+#                      cnn_imbalanced.pt, mbv2_imbalanced.pt (function-preserving variants,
+#                      make_imbalanced.py),
 #                      cnn_outlier.pt (one layer's input with an outlier channel,
 #                      make_outlier_layer.py),
 #                      mbv2.pt (MobileNetV2-style: depthwise, ReLU6),
@@ -238,6 +239,7 @@ if [[ ${want_fmnist} -eq 1 ]]; then
   fmnist_variant make_imbalanced.py cnn.pt cnn_imbalanced.pt
   fmnist_variant make_outlier_layer.py cnn.pt cnn_outlier.pt
   fmnist_model mbv2
+  fmnist_variant make_imbalanced.py mbv2.pt mbv2_imbalanced.pt
   fmnist_model resnet
   fmnist_model effnet
   fmnist_model vit_qkv

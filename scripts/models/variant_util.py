@@ -12,7 +12,8 @@ import torch
 
 def make_variant(name, add_args, transform):
     """add_args(parser) adds the script's options; transform(model, args,
-    generator) changes the model's parameters in place (under no_grad)."""
+    generator) changes the model's parameters in place (under no_grad), or
+    returns a new TorchScript model to write instead."""
     ap = argparse.ArgumentParser(prog=name)
     ap.add_argument("src")
     ap.add_argument("out")
@@ -27,7 +28,7 @@ def make_variant(name, add_args, transform):
     g = torch.Generator().manual_seed(a.seed)
     with torch.no_grad():
         ref = m(x)
-        transform(m, a, g)
+        m = transform(m, a, g) or m
         out = m(x)
     rel = ((out - ref).abs().max() / ref.abs().max()).item()
     if rel > 1e-5:

@@ -110,7 +110,10 @@ struct EqualizationPair {
   double bn_eps = 1e-5;
   std::vector<std::string> through;  // the ops between: "relu", "max_pool2d", ...
   bool flattened = false;            // conv -> flatten -> linear
-  double clip = 0;                   // > 0: a ReLU6-like clip at this value between them
+  // > 0: a ReLU6-like clip at this value between them; < 0: a per-channel
+  // clip already in the model (relu, then minimum with the clip module's
+  // `_tq_clip` buffer: an earlier equalization, or a model built that way).
+  double clip = 0;
   std::string clip_module;           // the module that clips (its forward is the clip)
 };
 // The pairs of the model's forward graph: conv -> [BatchNorm] -> ops that

@@ -44,7 +44,22 @@ Node* the_clip(torch::jit::Graph& g, double* c) {
   return clip;
 }
 
+// The graph of a module whose forward is minimum(relu(x), self._tq_clip).
+bool is_channel_clip_graph(torch::jit::Graph& g) {
+  if (g.inputs().size() != 2 || g.outputs().size() != 1) return false;
+  Node* min = g.outputs()[0]->node();
+  return is_channel_clip(min) && min->input(0)->node()->input(0) == g.inputs()[1];
+}
+
 }  // namespace
+
+bool is_channel_clip(Node* n) {
+  if (n->kind() != c10::aten::minimum) return false;
+  Node* relu = n->input(0)->node();
+  Node* get = n->input(1)->node();
+  return relu->kind() == c10::aten::relu && get->kind() == c10::prim::GetAttr &&
+         get->s(torch::jit::attr::name) == "_tq_clip";
+}
 
 std::string node_owner(Node* n) {
   auto cs = n->callstack();
@@ -62,7 +77,7 @@ std::string node_owner(Node* n) {
 bool is_clip_module(const torch::jit::Module& model, const std::string& path) {
   try {
     auto g = forward_graph(find_submodule(model, path), false);
-    return the_clip(*g, nullptr) != nullptr;
+    return the_clip(*g, nullptr) != nullptr || is_channel_clip_graph(*g);
   } catch (const std::exception&) {
     return false;  // no such module, or no forward: not a clip module
   }
@@ -74,6 +89,10 @@ void rewrite_clip_modules(torch::jit::Module& model,
   for (const auto& [path, t] : clips) {
     auto m = find_submodule(model, path);
     if (types.count(m.type())) continue;
+    if (m.hasattr("_tq_clip")) {  // already per-channel: a new buffer only
+      m.setattr("_tq_clip", t);
+      continue;
+    }
     auto g = forward_graph(m, true);
     double c = 0;
     Node* clip = the_clip(*g, &c);

@@ -42,8 +42,10 @@ bool is_flatten_from_channels(Node* n) {
          end->toInt() == -1;
 }
 
-// hardtanh(x, 0, c) with c > 0 (ReLU6: c = 6): returns c, else 0.
+// hardtanh(x, 0, c) with c > 0 (ReLU6: c = 6): returns c; a per-channel
+// clip (minimum of a relu with a `_tq_clip` buffer): -1; else 0.
 double relu_clip(Node* n) {
+  if (detail::is_channel_clip(n)) return -1;
   const std::string k = n->kind().toQualString();
   if (k != "aten::hardtanh" && k != "aten::hardtanh_") return 0;
   auto lo = torch::jit::toIValue(n->input(1)), hi = torch::jit::toIValue(n->input(2));
@@ -69,8 +71,8 @@ Node* follow(Node* a, EqualizationPair& p, Node** clip_node) {
       p.bn_eps = eps && eps->isDouble() ? eps->toDouble() : 1e-5;
     } else if (jit::op_info(u).commutes_with_channel_scale) {
       p.through.push_back(k.substr(k.find("::") + 2));
-    } else if (double c = relu_clip(u); c > 0 && p.clip == 0) {
-      p.through.push_back("relu6");
+    } else if (double c = relu_clip(u); c != 0 && p.clip == 0) {
+      p.through.push_back(c > 0 ? "relu6" : "channel_clip");
       p.clip = c;
       if (clip_node) *clip_node = u;
     } else if (!linear && is_flatten_from_channels(u)) {
@@ -98,7 +100,7 @@ std::vector<EqualizationPair> pairs_in(const torch::jit::Module& model, torch::j
   std::vector<std::pair<Node*, std::string>> sites;
   std::map<std::string, int> calls;
   jit::for_each_node(g.block(), [&](Node* n) {
-    if (relu_clip(n) > 0) ++calls["clip:" + detail::node_owner(n)];
+    if (relu_clip(n) != 0) ++calls["clip:" + detail::node_owner(n)];
     if (!jit::is_layer_op(n)) return;
     auto l = jit::layer_of(n);
     if (!l) return;
@@ -251,11 +253,16 @@ void rewrite_clips(torch::jit::Module& model, const std::vector<EqualizationPair
                    const std::vector<at::Tensor>& total) {
   std::map<std::string, at::Tensor> clips;
   for (size_t i = 0; i < pairs.size(); ++i) {
-    if (pairs[i].clip <= 0) continue;
+    if (pairs[i].clip == 0) continue;
     const auto wdim = find_submodule(model, pairs[i].first).attr("weight").toTensor().dim();
     std::vector<int64_t> shape(static_cast<size_t>(wdim == 2 ? 1 : wdim), 1);
     shape[wdim == 2 ? 0 : 1] = total[i].numel();
-    clips[pairs[i].clip_module] = (pairs[i].clip / total[i]).to(at::kFloat).reshape(shape);
+    at::Tensor c = at::full({total[i].numel()}, pairs[i].clip, at::kDouble);
+    if (pairs[i].clip < 0) {  // per-channel already: its own values, scaled
+      const auto old = find_submodule(model, pairs[i].clip_module).attr("_tq_clip").toTensor();
+      c = old.to(at::kDouble).expand(shape).reshape({-1});
+    }
+    clips[pairs[i].clip_module] = (c / total[i]).to(at::kFloat).reshape(shape);
   }
   if (clips.empty()) return;
   detail::rewrite_clip_modules(model, clips);

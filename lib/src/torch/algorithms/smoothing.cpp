@@ -108,7 +108,7 @@ std::vector<SmoothingGroup> smoothing_groups(const torch::jit::Module& model) {
   auto out = layer_norm_groups(model, *detail::simplified_forward(model));
   // Layer -> Linear, as equalization pairs them, without a clip between.
   for (const auto& p : equalization_pairs(model)) {
-    if (p.clip > 0 || p.flattened) continue;
+    if (p.clip != 0 || p.flattened) continue;
     if (find_submodule(model, p.second).attr("weight").toTensor().dim() != 2) continue;
     out.push_back({p.first, false, p, {p.second}});
   }
