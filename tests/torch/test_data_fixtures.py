@@ -31,6 +31,10 @@ them. The values follow simple formulas the tests recompute:
                      Heads(logits, features, aux=None), a NamedTuple (like GoogLeNet's)
   dict_out.pt        the same net returning {"logits": ..., "features": ...}
   nested_out.pt      the same net returning (logits, (features, pooled))
+  high_bias.pt       conv a (1->8, 3x3) -> BatchNorm (gamma 1, beta 10 on channels 0-3,
+                     else 0; running mean 0, var 1) -> ReLU -> conv b (8->4, 3x3, bias),
+                     and conv c (1->8) -> BatchNorm (same) -> ReLU -> depthwise conv d
+                     (no bias) -> BatchNorm -> flatten: the high-bias absorption test
 """
 
 import os
@@ -94,6 +98,28 @@ class NestedOut(Trunk):
         return logits, (f, p)
 
 
+class HighBias(torch.nn.Module):
+    """Two pairs whose first BatchNorm shifts half its channels far above 3 sigma."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(1, 8, 3)
+        self.bn_a = torch.nn.BatchNorm2d(8)
+        self.b = torch.nn.Conv2d(8, 4, 3)
+        self.c = torch.nn.Conv2d(1, 8, 3)
+        self.bn_c = torch.nn.BatchNorm2d(8)
+        self.d = torch.nn.Conv2d(8, 8, 3, groups=8, bias=False)
+        self.bn_d = torch.nn.BatchNorm2d(8)
+        with torch.no_grad():
+            for bn in (self.bn_a, self.bn_c, self.bn_d):
+                bn.bias.copy_(torch.tensor([10.0] * 4 + [0.0] * 4))
+
+    def forward(self, x):
+        y = self.b(torch.relu(self.bn_a(self.a(x))))
+        z = self.bn_d(self.d(torch.relu(self.bn_c(self.c(x)))))
+        return torch.cat([torch.flatten(y, 1), torch.flatten(z, 1)], 1)
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -125,6 +151,8 @@ def main(argv):
     torch.save((t, torch.arange(6)), p("tuple.pt"))
     torch.save({"x": t, "y": torch.arange(6) % 2}, p("dict.pt"))
     torch.jit.script(Raising()).save(p("raising.pt"))
+    torch.manual_seed(0)
+    torch.jit.script(HighBias().eval()).save(p("high_bias.pt"))
     for name, cls in (("named_out", NamedOut), ("dict_out", DictOut), ("nested_out", NestedOut)):
         torch.manual_seed(0)
         torch.jit.script(cls().eval()).save(p(name + ".pt"))

@@ -46,6 +46,7 @@ struct GptqSettings {
 struct EqualizationSettings {
   bool enabled = false;
   int iterations = 20;  // sweeps over the chain of pairs (stops early when converged)
+  bool absorb_bias = false;  // DFQ's high-bias absorption after the sweeps
 };
 
 // SmoothQuant (Xiao et al. 2022): for a Linear layer whose input has outlier

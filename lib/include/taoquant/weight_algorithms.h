@@ -127,6 +127,15 @@ std::vector<EqualizationPair> equalization_pairs(const torch::jit::Module& model
 // spreads before/after], "sweeps": n}.
 nlohmann::json equalize(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
                         int iterations);
+// DFQ's high-bias absorption, after equalize: for each pair through a ReLU
+// (or a per-channel clip) with a BatchNorm after the first layer, c_i =
+// max(0, beta_i - 3|gamma_i|) moves from the BatchNorm's shift (and the
+// clip) into the second layer's bias, or the running mean of the BatchNorm
+// after it. Changes the float model slightly (values below c_i, padded
+// borders). Returns {"pairs": [{first, second, channels, max_shift,
+// compensated_in} or {..., skipped}], "absorbed": n}.
+nlohmann::json absorb_high_biases(torch::jit::Module& model,
+                                  const std::vector<EqualizationPair>& pairs);
 
 // SmoothQuant and AWQ: a group of Linear layers that read the same input,
 // and the op that produces it, which absorbs a per-channel scale: a

@@ -313,8 +313,10 @@ bool read_switch(const Section& s, const char* key, SourceLoc& loc,
 void read_algorithms(const Section& s, QuantizeSpec& q) {
   auto& a = q.algorithms;
   a.equalization.enabled = read_switch(
-      s, "equalization", a.equalization_loc, {"iterations"},
-      [&](const Section& e) { e.read("iterations", a.equalization.iterations, int_at_least(1)); });
+      s, "equalization", a.equalization_loc, {"iterations", "absorb_bias"}, [&](const Section& e) {
+        e.read("iterations", a.equalization.iterations, int_at_least(1));
+        e.read("absorb_bias", a.equalization.absorb_bias, to_bool);
+      });
   a.smoothquant.enabled = read_switch(
       s, "smoothquant", a.smoothquant_loc, {"alpha"},
       [&](const Section& e) { e.read("alpha", a.smoothquant.alpha, number_in(0.0, 1.0)); });

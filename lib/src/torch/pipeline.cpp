@@ -165,6 +165,12 @@ nlohmann::json run_equalization(QuantizeContext& ctx) {
   const auto t0 = Clock::now();
   const auto pairs = equalization_pairs(ctx.model);
   auto facts = equalize(ctx.model, pairs, ctx.plan.algorithms.equalization.iterations);
+  nlohmann::json absorbed;
+  if (ctx.plan.algorithms.equalization.absorb_bias) {
+    absorbed = absorb_high_biases(ctx.model, pairs);
+    for (const auto& p : absorbed["pairs"])
+      ctx.algorithm_facts[p["first"].get<std::string>()]["equalization"]["absorb_bias"] = p;
+  }
   for (const auto& p : facts["pairs"]) {
     for (const char* role : {"first", "second"}) {
       auto& f = ctx.algorithm_facts[p[role].get<std::string>()]["equalization"];
@@ -174,7 +180,9 @@ nlohmann::json run_equalization(QuantizeContext& ctx) {
           p[std::string(role) + "_range_spread"];
     }
   }
-  return {{"pairs", pairs.size()}, {"sweeps", facts["sweeps"]}, {"seconds", since(t0)}};
+  nlohmann::json out{{"pairs", pairs.size()}, {"sweeps", facts["sweeps"]}, {"seconds", since(t0)}};
+  if (!absorbed.is_null()) out["absorbed_bias_pairs"] = absorbed["absorbed"];
+  return out;
 }
 
 // prepare, calibrate (static mode, Calibratable backends), quantize.
