@@ -38,12 +38,17 @@ class NpzMemberSource : public ArraySource {
     seekable_ = (st.valid & ZIP_STAT_COMP_METHOD) && st.comp_method == ZIP_CM_STORE &&
                 !((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE);
     open_file();
-    auto hdr = read_npy_header([this](char* b, size_t n) { return raw_read(b, n); }, where_);
-    type_ = hdr.type;
-    shape_ = hdr.shape;
-    offset_ = hdr.data_offset;
-    pos_ = 0;
-    check_npy_size(hdr, member_size_, where_);
+    try {  // a bad header throws here, where no destructor would close the member
+      auto hdr = read_npy_header([this](char* b, size_t n) { return raw_read(b, n); }, where_);
+      type_ = hdr.type;
+      shape_ = hdr.shape;
+      offset_ = hdr.data_offset;
+      pos_ = 0;
+      check_npy_size(hdr, member_size_, where_);
+    } catch (...) {
+      close_file();
+      throw;
+    }
   }
   ~NpzMemberSource() override { close_file(); }
 
