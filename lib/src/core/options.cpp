@@ -107,7 +107,10 @@ BackendOptions resolve_options(const std::vector<OptionDef>& schema, const nlohm
   std::map<std::string, SourceLoc> given;
   for (const auto& o : schema) values[o.name] = o.default_value;
   if (kwargs.is_object()) {
-    for (const auto& [name, v] : kwargs.items()) {
+    for (const auto& item : kwargs.items()) {
+      // Not a structured binding: lambdas below capture `name` (C++17, clang).
+      const std::string& name = item.key();
+      const nlohmann::json& v = item.value();
       const std::string k = BackendOptions::key(name);
       auto it = std::find_if(schema.begin(), schema.end(),
                              [&](const OptionDef& o) { return o.name == name; });
