@@ -46,7 +46,8 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
   }
   Module work = ctx.model.clone();
   work.eval();
-  if (const size_t n = drop_fused_fast_paths(work)) ctx.backend_meta["fused_fast_paths_dropped"] = n;
+  if (const size_t n = drop_fused_fast_paths(work))
+    ctx.backend_meta["fused_fast_paths_dropped"] = n;
   Module observed;
   try {
     observed = jit::insert_observers(work, qd, QuantType::kDynamic, /*inplace=*/false);

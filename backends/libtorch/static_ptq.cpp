@@ -206,7 +206,6 @@ std::vector<at::Tensor> slice_batch(const std::vector<at::Tensor>& in, int64_t n
   return out;
 }
 
-
 // A fresh observer table (s.table) and the qconfig of each layer of the plan
 // (minus `keep_float`), for LibTorch's InsertObservers.
 jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {

@@ -380,8 +380,7 @@ TEST_CASE("static int8 on the imbalanced MobileNetV2-style net: equalization thr
     auto both = static_cnn(model, d + "/eqbc_" + g, g, true, "  bias_correction: true\n");
     const double corrected = top1_of(both.artifact_path);
     WARN("imbalanced MobileNetV2 static int8 " << g << ": fp32 " << fp32 << ", minmax " << plain
-                                               << ", equalization + bias correction "
-                                               << corrected);
+                                               << ", equalization + bias correction " << corrected);
     CHECK(fp32 - plain > 10.0);  // the pathology is real, per-channel weights too
     CHECK(fp32 - corrected <= 1.0);
     CHECK(both.report["calibration"]["algorithms"]["equalization"]["pairs"].get<int>() >= 12);

@@ -60,8 +60,8 @@ TEST_CASE("artifacts return the float model's NamedTuple, dict or nested tuple i
   }
   CHECK(written == 9);
   // The same artifacts, loaded and run by Python's torch.jit.load.
-  Run r = run_cmd(std::string(kPython) + " " + TQ_SOURCE_DIR + "/scripts/check_artifacts.py " +
-                  root);
+  Run r =
+      run_cmd(std::string(kPython) + " " + TQ_SOURCE_DIR + "/scripts/check_artifacts.py " + root);
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Contains("9 of 9 artifacts run in PyTorch"));

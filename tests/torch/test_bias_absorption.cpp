@@ -46,8 +46,8 @@ TEST_CASE("high-bias absorption follows the DFQ definition and keeps the functio
   CHECK(c.slice(0, 0, 4).allclose(torch::full({4}, 7.0)));
   CHECK(param(m, "bn_a.bias").allclose(beta_a - c));
   // b's bias gains sum over input channels and taps of W_b * c.
-  CHECK(param(m, "b.bias").allclose(bias_b + (wb.sum({2, 3}) * c.view({1, -1})).sum(1), 1e-5,
-                                    1e-5));
+  CHECK(
+      param(m, "b.bias").allclose(bias_b + (wb.sum({2, 3}) * c.view({1, -1})).sum(1), 1e-5, 1e-5));
   // d has no bias: bn_d's running mean loses depthwise filter i's sum * c_i.
   CHECK(param(m, "bn_d.running_mean").allclose(mean_d - wd.sum({1, 2, 3}) * c, 1e-5, 1e-5));
   for (const auto& p : facts["pairs"]) {
@@ -66,6 +66,5 @@ TEST_CASE("high-bias absorption skips pairs it cannot change", "[algorithms][abs
   m.eval();
   const auto facts = tq::absorb_high_biases(m, tq::equalization_pairs(m));
   CHECK(facts["absorbed"] == 0);
-  for (const auto& p : facts["pairs"])
-    CHECK(p["skipped"] == "no BatchNorm after the first layer");
+  for (const auto& p : facts["pairs"]) CHECK(p["skipped"] == "no BatchNorm after the first layer");
 }

@@ -45,7 +45,7 @@ struct GptqSettings {
 // balanced; the float model computes the same function.
 struct EqualizationSettings {
   bool enabled = false;
-  int iterations = 20;  // sweeps over the chain of pairs (stops early when converged)
+  int iterations = 20;       // sweeps over the chain of pairs (stops early when converged)
   bool absorb_bias = false;  // DFQ's high-bias absorption after the sweeps
 };
 

@@ -114,7 +114,7 @@ struct EqualizationPair {
   // clip already in the model (relu, then minimum with the clip module's
   // `_tq_clip` buffer: an earlier equalization, or a model built that way).
   double clip = 0;
-  std::string clip_module;           // the module that clips (its forward is the clip)
+  std::string clip_module;  // the module that clips (its forward is the clip)
 };
 // The pairs of the model's forward graph: conv -> [BatchNorm] -> ops that
 // commute with a positive per-channel scale, and at most one ReLU6 -> conv

@@ -49,8 +49,7 @@ bool through_relu(const EqualizationPair& p) {
 at::Tensor output_shift(const at::Tensor& wb, const at::Tensor& c, bool flattened) {
   const int64_t channels = c.numel(), out = wb.size(0);
   const at::Tensor w = wb.to(at::kDouble);
-  if (wb.dim() == 2)
-    return flattened ? w.view({out, channels, -1}).sum(2).matmul(c) : w.matmul(c);
+  if (wb.dim() == 2) return flattened ? w.view({out, channels, -1}).sum(2).matmul(c) : w.matmul(c);
   const int64_t per_group = wb.size(1), groups = channels / per_group;
   const at::Tensor summed = w.reshape({groups, out / groups, per_group, -1}).sum(3);
   return (summed * c.view({groups, 1, per_group})).sum(2).reshape({out});
