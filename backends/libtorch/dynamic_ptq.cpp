@@ -72,27 +72,21 @@ void StaticPtq::dynamic(QuantizeContext& ctx) {
                        QuantType::kDynamic);
 
   for (const auto& lp : ctx.plan.layers) {
-    LayerResult r = layer_result(lp);
     auto w = find_submodule(work, lp.info.name).attr("weight").toTensor();
-    r.bytes_before = static_cast<size_t>(w.numel()) * w.element_size();
+    const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
+    const ObserverSlot* ws = table.find_label(lp.info.name + ":weight");
     auto it = reasons.find(lp.info.name);
-    if (it != reasons.end()) {
-      r.kept_float = true;
-      r.reason = it->second;
-      r.bytes_after = r.bytes_before;
-    } else {
-      r.weight_format = lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor"
-                                                                          : "int8/per_channel";
-      r.activation_format = "uint8/dynamic";
-      if (const ObserverSlot* ws = table.find_label(lp.info.name + ":weight")) {
-        weight_result(r, w, table.qparams(ws->id));
-      } else {  // the pass never saw the layer called (a function reads its weight)
-        r = layer_result(lp);
-        r.bytes_before = r.bytes_after = static_cast<size_t>(w.numel()) * w.element_size();
-        r.kept_float = true;
-        r.reason = kNotReachedDynamic;
-      }
+    if (it != reasons.end() || !ws) {  // !ws: the pass never saw the layer called
+      const bool planned = it != reasons.end();
+      ctx.add_layer_result(kept_float_result(lp, bytes, planned ? it->second : kNotReachedDynamic));
+      continue;
     }
+    LayerResult r = layer_result(lp);
+    r.bytes_before = bytes;
+    r.weight_format =
+        lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
+    r.activation_format = "uint8/dynamic";
+    weight_result(r, w, table.qparams(ws->id));
     ctx.add_layer_result(std::move(r));
   }
   ctx.model = q;

@@ -3,6 +3,7 @@
 // passes (which cannot observe values returned by `if` branches
 // consistently) work on models such as nn.TransformerEncoderLayer and
 // torchvision's EfficientNet.
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -138,6 +139,13 @@ void apply_decisions(const std::vector<Site>& sites, const std::vector<BranchCou
   }
 }
 
+// Whether every module instance is in eval mode (`self.training` folds).
+bool all_in_eval(const torch::jit::Module& model) {
+  const auto all = jit::module_instances(model);
+  return std::none_of(all.begin(), all.end(),
+                      [](const auto& inst) { return inst.module.is_training(); });
+}
+
 bool is_fused_fast_path(Node* n) {
   return n->kind() == c10::Symbol::fromQualString("aten::_transformer_encoder_layer_fwd") ||
          n->kind() == c10::Symbol::fromQualString("aten::_native_multi_head_attention");
@@ -159,9 +167,7 @@ std::pair<Node*, size_t> fused_branch(const std::shared_ptr<Graph>& g) {
 }  // namespace
 
 size_t drop_fused_fast_paths(torch::jit::Module& model) {
-  bool all_eval = true;
-  for (const auto& inst : jit::module_instances(model))
-    all_eval = all_eval && !inst.module.is_training();
+  const bool all_eval = all_in_eval(model);
   // No inlining: LibTorch's dynamic pass quantizes Linear modules called by
   // a method, not the linear calls inside functions (multi_head_attention_forward).
   size_t dropped = 0;
@@ -179,9 +185,7 @@ size_t drop_fused_fast_paths(torch::jit::Module& model) {
 
 BranchSpecialization specialize_branches(torch::jit::Module& model,
                                          const std::vector<at::Tensor>& sample) {
-  bool all_eval = true;
-  for (const auto& inst : jit::module_instances(model))
-    all_eval = all_eval && !inst.module.is_training();
+  const bool all_eval = all_in_eval(model);
   const auto graphs = reached_graphs(model);
   const size_t ifs_before = decide_without_data(graphs, all_eval);
   const auto sites = record_branches(graphs);
