@@ -1,21 +1,31 @@
-// The shell the built-in backends share: a backend whose calibration is its
-// static-PTQ stage's (StaticPtq, StaticFakeQuant). calibrate() hands the data
-// to the stage; the subclass's quantize() converts with it.
+// The shell the built-in backends share: calibrate() makes the backend's
+// static-PTQ session with its `Calibrate` function; the subclass's quantize()
+// takes that session and converts with it.
 #pragma once
+
+#include <memory>
+#include <string>
 
 #include "taoquant/backend.h"
 
 namespace tq {
 
-template <class Stage>
+template <class Session, std::shared_ptr<Session> (*Calibrate)(QuantizeContext&, CalibrationData&)>
 class StagedBackend : public QuantizerBase, public Calibratable {
  public:
   void calibrate(QuantizeContext& ctx, CalibrationData& data) override {
-    stage_.calibrate(ctx, data);
+    session_ = Calibrate(ctx, data);
   }
 
  protected:
-  Stage stage_;
+  // The calibrated session; convert consumes it (its memory goes with it).
+  std::shared_ptr<Session> take_session(const std::string& who) {
+    if (!session_) throw RuntimeError(who + ": quantize called before calibrate");
+    return std::move(session_);
+  }
+
+ private:
+  std::shared_ptr<Session> session_;
 };
 
 }  // namespace tq

@@ -15,6 +15,7 @@
 #include "taoquant/html_report.h"
 #include "taoquant/model.h"
 #include "taoquant/pipeline.h"
+#include "taoquant/reference.h"
 #include "taoquant/report.h"
 #include "taoquant/spec.h"
 #include "taoquant/steps.h"
@@ -317,10 +318,13 @@ int run_backends(Options& o) {
   if (o.json) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto* b : list) arr.push_back(tq::backend_to_json(*b));
-    std::cout << nlohmann::json{{"backends", arr}}.dump(2) << "\n";
+    nlohmann::json j{{"backends", arr}};
+    j.update(tq::spec_reference_json());
+    std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << backends_table(list) << options_text(list);
+  std::cout << backends_table(list) << options_text(list)
+            << tq::format_spec_reference(tq::spec_reference_json());
   return 0;
 }
 
@@ -366,7 +370,9 @@ const std::vector<Command>& commands() {
        "latency, quality "
        "gates (exit 3 on failure)",
        setup_evaluate, run_evaluate},
-      {"backends", "List the registered backends, their aliases, modes, dtypes and origin",
+      {"backends",
+       "List the registered backends (aliases, modes, dtypes, options, origin), then the "
+       "observers, algorithms, gates and spec values they are configured with",
        with_options({{Arg::kFlag, "--json", &Options::json, "Print as JSON"}}, false),
        run_backends},
       {"batch", "Run many quantize (+ evaluate) jobs from a manifest, each in its own process",

@@ -13,14 +13,14 @@ namespace tq::fakequant {
 
 namespace {
 
-class FakeQuantBackend : public StagedBackend<StaticFakeQuant> {
+class FakeQuantBackend : public StagedBackend<FakeQuantSession, calibrate_fake_quant> {
  public:
   void quantize(QuantizeContext& ctx) override {
     if (ctx.plan.mode == Mode::kStatic) {
       ctx.backend_meta["storage"] =
           "float weights rounded to the quantization grid; quantize->dequantize of layer inputs in "
           "the graph";
-      return stage_.convert(ctx);
+      return convert_fake_quant(ctx, *take_session("fakequant static_ptq"));
     }
     ctx.backend_meta["storage"] = "float weights rounded to the quantization grid";
     quantize_weights(

@@ -59,7 +59,7 @@ std::string act_format(const TensorQuant& t) {
 
 }  // namespace
 
-struct StaticFakeQuant::Session {
+struct FakeQuantSession {
   std::unique_ptr<ObserverTable> table;
   torch::jit::Module work;                  // specialized, inlined copy with observe calls
   std::map<std::string, int64_t> slot_of;   // layer -> observer slot of its input
@@ -72,8 +72,7 @@ namespace {
 // Static bias correction (quantize.bias_correction): from the weights
 // convert() stores and each layer's input qparams (integer formats; an fp8
 // input counts as float here), into the biases of s.work.
-void correct_static_biases(QuantizeContext& ctx, StaticFakeQuant::Session& s,
-                           CalibrationData& data) {
+void correct_static_biases(QuantizeContext& ctx, FakeQuantSession& s, CalibrationData& data) {
   std::map<std::string, StaticBiasLayer> layers;
   for (const auto& lp : ctx.plan.layers) {
     const auto a = lp.algorithms(ctx.plan);
@@ -100,12 +99,10 @@ void correct_static_biases(QuantizeContext& ctx, StaticFakeQuant::Session& s,
 
 }  // namespace
 
-StaticFakeQuant::StaticFakeQuant() = default;
-StaticFakeQuant::~StaticFakeQuant() = default;
-
-void StaticFakeQuant::calibrate(QuantizeContext& ctx, CalibrationData& data) {
-  s_ = std::make_unique<Session>();
-  auto& s = *s_;
+std::shared_ptr<FakeQuantSession> calibrate_fake_quant(QuantizeContext& ctx,
+                                                       CalibrationData& data) {
+  auto session = std::make_shared<FakeQuantSession>();
+  auto& s = *session;
   const Batch& first = data.first();
   check_input_fits(ctx.model, first, "calibration data");
 
@@ -151,6 +148,7 @@ void StaticFakeQuant::calibrate(QuantizeContext& ctx, CalibrationData& data) {
   });
   s.holdout = data.holdout();
   if (ctx.plan.algorithms.bias_correction) correct_static_biases(ctx, s, data);
+  return session;
 }
 
 namespace {
@@ -158,7 +156,7 @@ namespace {
 // Each observe call becomes a quantize -> dequantize with its qparams (an
 // observer the data never reached is removed: that input stays float).
 // Returns the activation qparams by layer.
-std::map<std::string, QParams> insert_fake_quant(StaticFakeQuant::Session& s) {
+std::map<std::string, QParams> insert_fake_quant(FakeQuantSession& s) {
   std::map<std::string, QParams> act;
   for (const auto& [layer, obs] : s.observe_of) {
     const ObserverSlot& slot = *s.table->slots().at(static_cast<size_t>(s.slot_of[layer]));
@@ -190,8 +188,8 @@ struct LayerTaps {
 // One layer's result: weight format and SQNR, activation range and
 // histogram, output SQNR of the layer alone (float layer on its float input
 // vs fake-quant layer on its fake-quant input).
-LayerResult fake_quant_result(const QuantizeContext& ctx, StaticFakeQuant::Session& s,
-                              const LayerPlan& lp, torch::jit::Module result, const LayerTaps& taps,
+LayerResult fake_quant_result(const QuantizeContext& ctx, FakeQuantSession& s, const LayerPlan& lp,
+                              torch::jit::Module result, const LayerTaps& taps,
                               const std::map<std::string, QParams>& act,
                               const std::map<std::string, fmt::QuantizedWeight>& weights) {
   auto layer = find_submodule(result, lp.info.name);
@@ -224,9 +222,7 @@ LayerResult fake_quant_result(const QuantizeContext& ctx, StaticFakeQuant::Sessi
 
 }  // namespace
 
-void StaticFakeQuant::convert(QuantizeContext& ctx) {
-  if (!s_) throw RuntimeError("fakequant static_ptq: quantize called before calibrate");
-  auto& s = *s_;
+void convert_fake_quant(QuantizeContext& ctx, FakeQuantSession& s) {
   LayerTaps taps;
   taps.float_inputs = capture_layer_inputs(ctx.model, s.holdout);
   const auto act = insert_fake_quant(s);
@@ -255,7 +251,6 @@ void StaticFakeQuant::convert(QuantizeContext& ctx) {
   for (const auto& lp : ctx.plan.layers)
     ctx.add_layer_result(fake_quant_result(ctx, s, lp, result, taps, act, weights));
   ctx.model = result;
-  s_.reset();
 }
 
 }  // namespace tq::fakequant

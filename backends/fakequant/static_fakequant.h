@@ -15,17 +15,11 @@ class CalibrationData;
 
 namespace tq::fakequant {
 
-class StaticFakeQuant {
- public:
-  StaticFakeQuant();
-  ~StaticFakeQuant();
-  void calibrate(QuantizeContext& ctx, CalibrationData& data);
-  void convert(QuantizeContext& ctx);
+struct FakeQuantSession;  // the calibrated state (static_fakequant.cpp)
 
-  struct Session;  // the calibrated state (static_fakequant.cpp)
-
- private:
-  std::unique_ptr<Session> s_;
-};
+// Specializes the model's graph and collects each layer input's range.
+std::shared_ptr<FakeQuantSession> calibrate_fake_quant(QuantizeContext& ctx, CalibrationData& data);
+// Inserts quantize -> dequantize at each layer input and rounds the weights.
+void convert_fake_quant(QuantizeContext& ctx, FakeQuantSession& s);
 
 }  // namespace tq::fakequant

@@ -22,7 +22,7 @@ constexpr const char* kNotReachedDynamic =
 
 }  // namespace
 
-void StaticPtq::dynamic(QuantizeContext& ctx) {
+void quantize_dynamic(QuantizeContext& ctx) {
   ctx.backend_meta["engine"] = select_engine(ctx);
   ObserverTable table;
   ObserverTemplate act;  // activations: qparams are chosen at run time

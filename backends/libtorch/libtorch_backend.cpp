@@ -16,16 +16,16 @@ namespace tq::libtorch {
 
 namespace {
 
-class LibTorchBackend : public StagedBackend<StaticPtq> {
+class LibTorchBackend : public StagedBackend<StaticSession, calibrate_static> {
  public:
   void quantize(QuantizeContext& ctx) override {
     switch (ctx.plan.mode) {
       case Mode::kWeightOnly:
         return weight_only(ctx);
       case Mode::kStatic:
-        return stage_.convert(ctx);
+        return convert_static(ctx, *take_session("static_ptq"));
       case Mode::kDynamic:
-        return stage_.dynamic(ctx);
+        return quantize_dynamic(ctx);
     }
   }
 

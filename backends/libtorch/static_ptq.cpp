@@ -84,9 +84,6 @@ struct StaticSession {
   }
 };
 
-StaticPtq::StaticPtq() = default;
-StaticPtq::~StaticPtq() = default;
-
 std::string select_engine(const QuantizeContext& ctx) {
   const auto& opts = ctx.options();
 #if defined(__aarch64__) || defined(__arm__)
@@ -290,9 +287,9 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
 
 }  // namespace
 
-void StaticPtq::calibrate(QuantizeContext& ctx, CalibrationData& data) {
-  s_ = std::make_unique<StaticSession>();
-  auto& s = *s_;
+std::shared_ptr<StaticSession> calibrate_static(QuantizeContext& ctx, CalibrationData& data) {
+  auto session = std::make_shared<StaticSession>();
+  auto& s = *session;
   s.data = &data;
   s.steps = std::make_unique<StepTimer>("static_ptq");
   auto step = [&](const char* what) { s.steps->step(what); };
@@ -324,6 +321,7 @@ void StaticPtq::calibrate(QuantizeContext& ctx, CalibrationData& data) {
   step("branch specialization");
 
   observe_and_run(ctx, s);
+  return session;
 }
 
 namespace {
@@ -570,9 +568,7 @@ void report_static(QuantizeContext& ctx, StaticSession& s, const Module& q) {
 
 }  // namespace
 
-void StaticPtq::convert(QuantizeContext& ctx) {
-  if (!s_) throw RuntimeError("static_ptq: quantize called before calibrate");
-  auto& s = *s_;
+void convert_static(QuantizeContext& ctx, StaticSession& s) {
   if (ctx.plan.algorithms.bias_correction) correct_static_biases(ctx, s);
   Module q = convert_observed(s.observed);
   s.steps->step("convert");

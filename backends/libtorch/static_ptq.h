@@ -1,7 +1,8 @@
-// Static and dynamic int8 PTQ for the libtorch backend, on LibTorch's JIT
-// quantization passes: BN folding, branch specialization, observers backed by
-// tao-quant's observer registry, InsertQuantDeQuant and Finalize, which emit
+// Static int8 PTQ for the libtorch backend, on LibTorch's JIT quantization
+// passes: BN folding, branch specialization, observers backed by tao-quant's
+// observer registry, InsertQuantDeQuant and Finalize, which emit
 // quantized::conv2d_relu, quantized::linear, quantized::add_relu, ...
+// Dynamic PTQ is dynamic_ptq.cpp.
 #pragma once
 
 #include <memory>
@@ -15,22 +16,15 @@ class CalibrationData;
 
 namespace tq::libtorch {
 
+// The calibrated state (static_ptq.cpp).
 struct StaticSession;
 
-class StaticPtq {
- public:
-  StaticPtq();
-  ~StaticPtq();
-  // Specializes and observes the model, then runs the calibration data.
-  void calibrate(QuantizeContext& ctx, CalibrationData& data);
-  // Converts the calibrated model to int8 and reports each layer.
-  void convert(QuantizeContext& ctx);
-  // Dynamic PTQ: Linear layers through quantized::linear_dynamic.
-  void dynamic(QuantizeContext& ctx);
-
- private:
-  std::unique_ptr<StaticSession> s_;
-};
+// Specializes and observes the model, then runs the calibration data.
+std::shared_ptr<StaticSession> calibrate_static(QuantizeContext& ctx, CalibrationData& data);
+// Converts the calibrated model to int8 and reports each layer.
+void convert_static(QuantizeContext& ctx, StaticSession& s);
+// Dynamic PTQ: Linear layers through quantized::linear_dynamic; no data.
+void quantize_dynamic(QuantizeContext& ctx);
 
 // The quantized engine named by backend_kwargs.engine (default: onednn on
 // x86, qnnpack on ARM); sets it for this process and returns its name.

@@ -4,7 +4,8 @@
 Usage: make_imbalanced.py IN.pt OUT.pt TEST.npz [--seed 0] [--spread 40]
 
 For each link "layer A -> ReLU / max-pool / flatten -> layer B" of the
-Fashion-MNIST CNN (conv1 -> conv2, conv2 -> fc1 through flatten, fc1 -> fc),
+Fashion-MNIST CNN (conv1 -> conv2, conv2 -> fc1 through flatten, fc1 -> fc)
+or MLP (fc1 -> fc2, fc2 -> fc3),
 output channel i of A (weight and bias) is multiplied by s_i and the inputs
 of B that channel i feeds are divided by s_i, with log s_i uniform over
 [-log 40, log 40]. Positive scales commute with ReLU and max-pooling, so the
@@ -21,6 +22,10 @@ input channel i divided by s_i (a depthwise filter: filter i). ReLU6 does
 not commute with a scale, so it becomes a per-channel clip,
 minimum(relu(x), 6 s_i), held in a `_tq_clip` buffer (the form tao-quant's
 own equalization writes): exact again.
+
+The ResNet (FmnistResNet) gets it on each BasicBlock's "bn1 -> ReLU -> conv2"
+link. The ResNet and MLP variants are held out: no test or default was tuned
+on them (scripts/bench/heldout.sh measures them).
 """
 import math
 import os
@@ -35,9 +40,10 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from variant_util import make_variant  # noqa: E402
 
-LINKS = [("features.conv1", "features.conv2"),
-         ("features.conv2", "classifier.fc1"),
-         ("classifier.fc1", "classifier.fc")]
+LINKS = {"FmnistCNN": [("features.conv1", "features.conv2"),
+                       ("features.conv2", "classifier.fc1"),
+                       ("classifier.fc1", "classifier.fc")],
+         "FmnistMLP": [("fc1", "fc2"), ("fc2", "fc3")]}
 
 
 def submodule(m, path):
@@ -46,12 +52,16 @@ def submodule(m, path):
     return m
 
 
+def scales(n, a, g):
+    return torch.exp(torch.empty(n).uniform_(-math.log(a.spread), math.log(a.spread),
+                                             generator=g))
+
+
 def imbalance(m, a, g):
-    for first, second in LINKS:
+    for first, second in LINKS[m.original_name]:
         A, B = submodule(m, first), submodule(m, second)
         n = A.weight.shape[0]
-        s = torch.exp(torch.empty(n).uniform_(-math.log(a.spread), math.log(a.spread),
-                                              generator=g))
+        s = scales(n, a, g)
         A.weight.mul_(s.view(-1, *([1] * (A.weight.dim() - 1))))
         A.bias.mul_(s)
         w = B.weight
@@ -107,9 +117,26 @@ def imbalance_mbv2(scripted, a, g):
     return torch.jit.script(m)
 
 
+def imbalance_resnet(m, a, g):
+    """Each BasicBlock's bn1 -> ReLU -> conv2 (the block's only link that no
+    residual add reads): bn1's gamma and beta times s, conv2's input channels
+    divided by s. The scripted model is changed in place."""
+    blocks = [c for _, c in m.named_children() if hasattr(c, "bn1")]
+    for _, stage in m.named_children():  # stages that are Sequentials of blocks
+        blocks += [c for _, c in stage.named_children() if hasattr(c, "bn1")]
+    assert blocks, "no BasicBlock found"
+    for block in blocks:
+        s = scales(block.bn1.weight.shape[0], a, g)
+        block.bn1.weight.mul_(s)
+        block.bn1.bias.mul_(s)
+        block.conv2.weight.div_(s.view(1, -1, 1, 1))
+
+
 def transform(m, a, g):
     if m.original_name == "FmnistMobileNetV2":
         return imbalance_mbv2(m, a, g)
+    if m.original_name == "FmnistResNet":
+        return imbalance_resnet(m, a, g)
     return imbalance(m, a, g)
 
 

@@ -9,8 +9,10 @@
 #include <filesystem>
 
 #include "plugin_test_util.h"
+#include "taoquant/algorithms.h"
 #include "taoquant/backend.h"
 #include "taoquant/error.h"
+#include "taoquant/gates.h"
 #include "taoquant/observer.h"
 #include "taoquant/plugin.h"
 #include "taoquant/qparams.h"
@@ -70,11 +72,31 @@ TEST_CASE("backends --json lists a plugin with its capabilities, constraints and
   REQUIRE(fq != nullptr);
   CHECK((*fq)["origin"] == "built-in");
 
-  // The table shows the origin too.
+  // The spec's vocabulary from its tables: the plugin's observer with its
+  // help and origin, every algorithm, gate and enum value.
+  bool observer = false;
+  for (const auto& o : j["observers"])
+    if (o["name"] == "plugin_good_absmax") {
+      observer = true;
+      CHECK(o["help"] == "test plugin: symmetric amax");
+      CHECK(o["origin"] == canonical(good));
+    }
+  CHECK(observer);
+  CHECK(j["algorithms"].size() == tq::algorithm_defs().size());
+  CHECK(j["gates"].size() == tq::gate_table().size());
+  CHECK(j["values"]["dtype"].size() == tq::dtype_table().entries.size());
+  CHECK(j["values"]["rounding"][1]["name"] == "gptq");
+
+  // The table shows the origin too, and the tables' help texts.
   auto t = run_cmd(cli() + " --plugin " + quote(good) + " backends");
   REQUIRE(t.rc == 0);
   CHECK(t.out.find(canonical(good)) != std::string::npos);
   CHECK(t.out.find("built-in") != std::string::npos);
+  using Catch::Matchers::Contains;
+  CHECK_THAT(t.out, Contains("test plugin: symmetric amax [" + canonical(good) + "]") &&
+                        Contains("running min/max") && Contains("bias_correction") &&
+                        Contains("effective_bits") && Contains("OCP FP8 E4M3FN") &&
+                        Contains("one scale per group of group_size weights"));
 }
 
 TEST_CASE("TAO_QUANT_PLUGIN_PATH loads every plugin of the listed directories", "[plugins]") {

@@ -200,13 +200,13 @@ quantize:
   CHECK(ev.latency->warmup == 2);
   CHECK(ev.latency->iters == 10);
   CHECK_FALSE(ev.gates.empty());
-  CHECK(ev.gates.max_top1_drop == 1.5);
-  CHECK(ev.gates.min_top1 == 70.0);
-  CHECK(ev.gates.min_cosine == 0.99);
-  CHECK(ev.gates.min_sqnr_db == 20.0);
-  CHECK(ev.gates.min_top1_agreement == 0.95);
-  CHECK(ev.gates.min_speedup == 1.1);
-  CHECK(ev.gates.max_size_ratio == 0.5);
+  CHECK(ev.gates.get(tq::Gate::kMaxTop1Drop) == 1.5);
+  CHECK(ev.gates.get(tq::Gate::kMinTop1) == 70.0);
+  CHECK(ev.gates.get(tq::Gate::kMinCosine) == 0.99);
+  CHECK(ev.gates.get(tq::Gate::kMinSqnrDb) == 20.0);
+  CHECK(ev.gates.get(tq::Gate::kMinTop1Agreement) == 0.95);
+  CHECK(ev.gates.get(tq::Gate::kMinSpeedup) == 1.1);
+  CHECK(ev.gates.get(tq::Gate::kMaxSizeRatio) == 0.5);
 
   // Unread sections are kept, resolved, in `resolved`; `???` anywhere is recorded.
   CHECK(s.resolved["train"]["results_dir"] == "/results/cls/train");

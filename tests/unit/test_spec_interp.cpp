@@ -135,8 +135,8 @@ quantize:
   CHECK(s.quantize.model_path == "runs/x/m.pt");
   CHECK(s.missing.empty());
   CHECK(s.dataset.quant_calibration_dataset->images_dir == "/calib");
-  CHECK(s.evaluate.gates.min_top1 == 50.0);
-  CHECK(s.evaluate.gates.min_cosine == 0.9);
+  CHECK(s.evaluate.gates.get(tq::Gate::kMinTop1) == 50.0);
+  CHECK(s.evaluate.gates.get(tq::Gate::kMinCosine) == 0.9);
   CHECK(s.quantize.backend_kwargs == nlohmann::json{{"opts", {{"level", 2}}}});
   CHECK(s.quantize.device == "cuda:0");
   CHECK(s.resolved["results_dir"] == "runs/x");

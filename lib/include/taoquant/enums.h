@@ -61,8 +61,8 @@ struct EnumTable {
   std::string joined() const { return join(names()); }
 };
 
-// The one table of an enum (DType, Mode, Rounding, Granularity, LayerKind,
-// OptionType): all of them stand together in enums.cpp.
+// The one table of a spec enum (DType, Mode, Rounding, Granularity,
+// LayerKind): all of them stand together in enums.cpp.
 template <class E>
 const EnumTable<E>& enum_table();
 

@@ -17,12 +17,12 @@
 
 namespace tq {
 
+// An option's type. Specs never name it (only `backends` prints it), so its
+// one table is the names below; options.cpp checks values of each type.
 enum class OptionType { kBool, kInt, kNumber, kString, kIntList };
-inline const EnumTable<OptionType>& option_type_table() {
-  return enum_table<OptionType>();
-}
 inline std::string_view to_string(OptionType v) {
-  return option_type_table().name(v);
+  static constexpr std::string_view kNames[] = {"bool", "int", "number", "string", "int list"};
+  return kNames[static_cast<int>(v)];
 }
 
 // One declared option.

@@ -13,6 +13,7 @@
 #include "taoquant/algorithms.h"
 #include "taoquant/enums.h"
 #include "taoquant/error.h"
+#include "taoquant/gates.h"
 
 namespace tq {
 
@@ -100,24 +101,13 @@ struct LatencySpec {
   int iters = 50;
 };
 
-struct GatesSpec {
-  std::optional<double> max_top1_drop;
-  std::optional<double> min_top1;
-  std::optional<double> min_cosine;
-  std::optional<double> min_sqnr_db;
-  std::optional<double> min_top1_agreement;
-  std::optional<double> min_speedup;
-  std::optional<double> max_size_ratio;
-  bool empty() const;
-};
-
 struct EvaluateSpec {
   std::string checkpoint;
   bool is_quantized = false;
   int batch_size = 64;
   int num_batches = 0;  // 0 = all
   std::optional<LatencySpec> latency;
-  GatesSpec gates;
+  GatesSpec gates;  // evaluate.gates (gates.h)
 };
 
 struct Spec {

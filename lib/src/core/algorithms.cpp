@@ -9,8 +9,10 @@ namespace tq {
 const std::vector<AlgorithmDef>& algorithm_defs() {
   static const std::vector<AlgorithmDef> defs{
       {"equalization",
-       "true, or {iterations: 20}: cross-layer equalization of conv/linear pairs joined by "
-       "ReLU, ReLU6, max-pooling or nothing (after BatchNorm); the float model computes the same",
+       "true, or {iterations: 20, absorb_bias: false}: cross-layer equalization of conv/linear "
+       "pairs joined by "
+       "ReLU, ReLU6, max-pooling or nothing (after BatchNorm); the float model computes the same; "
+       "absorb_bias: DFQ's high-bias absorption",
        {Mode::kWeightOnly, Mode::kStatic, Mode::kDynamic}},
       {"smoothquant",
        "true, or {alpha: 0.5}: Linear layers whose input comes from a LayerNorm or a layer: "

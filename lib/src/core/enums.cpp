@@ -4,7 +4,6 @@
 
 #include "taoquant/algorithms.h"
 #include "taoquant/error.h"
-#include "taoquant/options.h"
 
 namespace tq {
 
@@ -12,7 +11,7 @@ namespace {
 
 // Every enum table, in one place.
 using EnumTables = std::tuple<EnumTable<DType>, EnumTable<Mode>, EnumTable<Rounding>,
-                              EnumTable<Granularity>, EnumTable<LayerKind>, EnumTable<OptionType>>;
+                              EnumTable<Granularity>, EnumTable<LayerKind>>;
 
 const EnumTables& tables() {
   static const EnumTables t{
@@ -52,15 +51,7 @@ const EnumTables& tables() {
                             {LayerKind::kConvTranspose1d, "ConvTranspose1d", ""},
                             {LayerKind::kConvTranspose2d, "ConvTranspose2d", ""},
                             {LayerKind::kConvTranspose3d, "ConvTranspose3d", ""}},
-                           {}},
-      EnumTable<OptionType>{
-          "option type",
-          {{OptionType::kBool, "bool", "true or false"},
-           {OptionType::kInt, "int", "an integer"},
-           {OptionType::kNumber, "number", "a number"},
-           {OptionType::kString, "string", "a string"},
-           {OptionType::kIntList, "int list", "a non-empty list of integers, e.g. [1, 32]"}},
-          {}}};
+                           {}}};
   return t;
 }
 
@@ -76,7 +67,6 @@ template const EnumTable<Mode>& enum_table();
 template const EnumTable<Rounding>& enum_table();
 template const EnumTable<Granularity>& enum_table();
 template const EnumTable<LayerKind>& enum_table();
-template const EnumTable<OptionType>& enum_table();
 
 DTypeTraits dtype_traits(DType d) {
   switch (d) {

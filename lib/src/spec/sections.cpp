@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cmath>
 #include <functional>
 
 #include <spdlog/spdlog.h>
@@ -109,6 +110,21 @@ auto number_in(double lo, double hi) {
     if (!(v >= lo && v <= hi))
       type_error(n, path, "a number in [" + format_fixed(lo, 1) + ", " + format_fixed(hi, 1) + "]");
     return v;
+  };
+}
+
+// A gate's limit, in the range its row of the gate table allows.
+auto gate_limit(const GateDef& d) {
+  return [&d](const Node& n, const std::string& path) {
+    const double v = to_number(n, path);
+    if (!std::isnan(v) && v >= d.lo && v <= d.hi) return v;
+    std::string expected =
+        "a number in [" + format_fixed(d.lo, 1) + ", " + format_fixed(d.hi, 1) + "]";
+    if (std::isinf(d.hi))
+      expected = std::isinf(d.lo) ? "a number"
+                 : d.lo > 0       ? "a number > 0"
+                                  : "a number >= " + format_fixed(d.lo, 1);
+    type_error(n, path, expected);
   };
 }
 
@@ -380,27 +396,34 @@ void check_sensitivity(const Section& s) {
 // quantize.tune: checked here (keys, types, ranges), read by `tao-quant
 // tune` from the resolved tree (lib/src/torch/tune/tune.cpp); `quantize`
 // ignores it.
+// The gates of the gate table usable in `use` that section `s` sets.
+GatesSpec read_gates(const Section& s, unsigned use) {
+  GatesSpec g;
+  for (const auto& d : gate_table()) {
+    std::optional<double> v;
+    if (d.uses & use) s.read(d.name, v, gate_limit(d));
+    if (v) g.limits[d.gate] = *v;
+  }
+  return g;
+}
+
 void check_tune(const Section& s) {
-  s.only({"formats", "max_top1_drop", "min_top1_agreement", "min_sqnr_db", "effective_bits",
-          "min_speedup", "time_budget_s", "data", "samples", "search"});
+  std::vector<std::string> keys = gate_names(kTuneGate);
+  for (const char* k : {"formats", "time_budget_s", "data", "samples", "search"}) keys.push_back(k);
+  s.only(keys);
   check_formats(s);
+  const GatesSpec gates = read_gates(s, kTuneGate);
   double v = 0;
-  s.read("max_top1_drop", v, number_in(0, 100));
-  s.read("min_top1_agreement", v, number_in(0, 100));
-  s.read("min_sqnr_db", v, to_number);
-  s.read("effective_bits", v, number_in(1, 32));
-  s.read("min_speedup", v, positive_number());
   s.read("time_budget_s", v, positive_number());
   int samples = 0;
   s.read("samples", samples, int_at_least(1));
   std::string word;
   s.read("data", word, one_of({"test", "calibration"}));
   s.read("search", word, one_of({"greedy", "revert_worst"}));
-  if (!s.get("max_top1_drop") && !s.get("min_top1_agreement") && !s.get("min_sqnr_db") &&
-      !s.get("effective_bits"))
-    throw SpecError(s.node().loc,
-                    "quantize.tune: no gate to tune for; set max_top1_drop, "
-                    "min_top1_agreement, min_sqnr_db or effective_bits");
+  if (gates.empty() || (gates.limits.size() == 1 && gates.has(Gate::kMinSpeedup)))
+    throw SpecError(s.node().loc, "quantize.tune: no gate to tune for; set one of " +
+                                      join_names(gate_names(kTuneGate)) +
+                                      " (min_speedup alone does not steer the search)");
 }
 
 void read_quantize(const Section& s, QuantizeSpec& q) {
@@ -519,16 +542,8 @@ void read_evaluate(const Section& s, EvaluateSpec& ev) {
   }
   if (const Node* n = s.get("gates")) {
     Section g(*n, s.at("gates"));
-    g.only({"max_top1_drop", "min_top1", "min_cosine", "min_sqnr_db", "min_top1_agreement",
-            "min_speedup", "max_size_ratio"});
-    GatesSpec& gs = ev.gates;
-    g.read("max_top1_drop", gs.max_top1_drop, to_number);
-    g.read("min_top1", gs.min_top1, to_number);
-    g.read("min_cosine", gs.min_cosine, to_number);
-    g.read("min_sqnr_db", gs.min_sqnr_db, to_number);
-    g.read("min_top1_agreement", gs.min_top1_agreement, to_number);
-    g.read("min_speedup", gs.min_speedup, to_number);
-    g.read("max_size_ratio", gs.max_size_ratio, to_number);
+    g.only(gate_names(kEvaluateGate));
+    ev.gates = read_gates(g, kEvaluateGate);
   }
 }
 

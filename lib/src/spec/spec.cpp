@@ -15,11 +15,6 @@ namespace tq {
 using spec_detail::kMissingText;
 using spec_detail::Node;
 
-bool GatesSpec::empty() const {
-  return !max_top1_drop && !min_top1 && !min_cosine && !min_sqnr_db && !min_top1_agreement &&
-         !min_speedup && !max_size_ratio;
-}
-
 SourceLoc Spec::loc(const std::string& dotted) const {
   auto it = locs.find(dotted);
   return it != locs.end() ? it->second : SourceLoc{path, 0, 0};

@@ -149,15 +149,14 @@ std::unique_ptr<DataLoader> open_test_data(const Spec& spec, const DataSourceSpe
   if (out.has_labels) return loader;
   out.notes.push_back("the test data has no labels (" + kTestKey + ".label_key '" + src.label_key +
                       "' not found, or a flat image folder): accuracy is not measured");
-  const GatesSpec& gates = spec.evaluate.gates;
-  for (const auto& [name, set] :
-       {std::pair<const char*, bool>{"max_top1_drop", gates.max_top1_drop.has_value()},
-        {"min_top1", gates.min_top1.has_value()}})
-    if (set)
-      throw SpecError(spec.loc(std::string("evaluate.gates.") + name),
-                      std::string("evaluate.gates.") + name + " needs labels, but the test data (" +
-                          out.data_description + ") has none; set " + kTestKey +
-                          ".label_key or use class sub-folders");
+  for (const auto& [gate, limit] : spec.evaluate.gates.limits) {
+    const GateDef& d = gate_def(gate);
+    if (!d.needs_labels) continue;
+    const std::string key = std::string("evaluate.gates.") + d.name;
+    throw SpecError(spec.loc(key), key + " needs labels, but the test data (" +
+                                       out.data_description + ") has none; set " + kTestKey +
+                                       ".label_key or use class sub-folders");
+  }
   return loader;
 }
 
@@ -342,7 +341,7 @@ EvaluateOutcome run_evaluate(const Spec& spec, const EvaluateOptions& opts) {
   require_results_dir(spec);
   ModelPlan mp = plan_models(spec, opts, compare, is_quantized);
   std::optional<LatencySpec> latency = spec.evaluate.latency;
-  if (gates.min_speedup && !latency) {
+  if (gates.has(Gate::kMinSpeedup) && !latency) {
     latency = LatencySpec{};
     out.notes.push_back("min_speedup is set: measuring latency with the default settings");
   }

@@ -80,40 +80,62 @@ void throw_if_gates_failed(const EvaluateOutcome& out) {
 namespace eval {
 
 bool gates_need_reference(const GatesSpec& g) {
-  return g.max_top1_drop || g.min_cosine || g.min_sqnr_db || g.min_top1_agreement ||
-         g.min_speedup || g.max_size_ratio;
+  for (const auto& [gate, limit] : g.limits)
+    if (gate_def(gate).needs_reference) return true;
+  return false;
 }
+
+namespace {
+
+// What the evaluation measured for `gate` (nullopt: not measured). Speedup
+// is per batch size (check_gates).
+std::optional<double> measured(Gate gate, const EvaluateOutcome& out) {
+  const std::optional<Fidelity>& f = out.fidelity;
+  switch (gate) {
+    case Gate::kMaxTop1Drop:
+      return out.top1_drop;
+    case Gate::kMinTop1:
+      return out.models.empty() ? std::nullopt : out.primary().top1;
+    case Gate::kMinCosine:
+      return f ? std::optional<double>(f->cosine) : std::nullopt;
+    case Gate::kMinSqnrDb:
+      return f ? std::optional<double>(f->sqnr_db) : std::nullopt;
+    case Gate::kMinTop1Agreement:
+      return f ? std::optional<double>(f->top1_agreement) : std::nullopt;
+    case Gate::kMaxSizeRatio:
+      return out.size_ratio;
+    case Gate::kMinSpeedup:
+    case Gate::kEffectiveBits:
+      break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::vector<GateResult> check_gates(const GatesSpec& g, const EvaluateOutcome& out) {
   std::vector<GateResult> r;
-  auto add = [&](const std::string& name, const std::optional<double>& limit, const char* op,
-                 std::optional<double> value, const char* unit) {
-    if (!limit) return;
+  auto add = [&](const GateDef& d, const std::string& name, std::optional<double> value) {
     GateResult gr;
     gr.name = name;
-    gr.op = op;
-    gr.limit = *limit;
+    gr.op = d.at_most ? "<=" : ">=";
+    gr.limit = *g.get(d.gate);
     gr.value = value;
-    gr.unit = unit;
-    if (value && !std::isnan(*value))
-      gr.passed = gr.op == ">=" ? *value >= *limit : *value <= *limit;
+    gr.unit = d.unit;
+    gr.passed = value && !std::isnan(*value) && g.holds(d.gate, *value);
     r.push_back(gr);
   };
-  const std::optional<Fidelity>& f = out.fidelity;
-  add("max_top1_drop", g.max_top1_drop, "<=", out.top1_drop, " pp");
-  add("min_top1", g.min_top1, ">=", out.models.empty() ? std::nullopt : out.primary().top1, "%");
-  add("min_cosine", g.min_cosine, ">=", f ? std::optional<double>(f->cosine) : std::nullopt, "");
-  add("min_sqnr_db", g.min_sqnr_db, ">=", f ? std::optional<double>(f->sqnr_db) : std::nullopt,
-      " dB");
-  add("min_top1_agreement", g.min_top1_agreement,
-      ">=", f ? std::optional<double>(f->top1_agreement) : std::nullopt, "%");
-  if (g.min_speedup) {
-    if (out.speedup.empty()) add("min_speedup", g.min_speedup, ">=", std::nullopt, "x");
+  for (const auto& d : gate_table()) {
+    if (!g.has(d.gate)) continue;
+    if (d.gate != Gate::kMinSpeedup) {
+      add(d, d.name, measured(d.gate, out));
+      continue;
+    }
+    if (out.speedup.empty()) add(d, d.name, std::nullopt);
     for (size_t i = 0; i < out.speedup.size(); ++i)
-      add("min_speedup (batch " + std::to_string(out.latency_batch_sizes[i]) + ")", g.min_speedup,
-          ">=", out.speedup[i], "x");
+      add(d, std::string(d.name) + " (batch " + std::to_string(out.latency_batch_sizes[i]) + ")",
+          out.speedup[i]);
   }
-  add("max_size_ratio", g.max_size_ratio, "<=", out.size_ratio, "");
   return r;
 }
 

@@ -15,12 +15,6 @@ std::optional<double> number(const nlohmann::json& t, const char* key) {
   return t[key].get<double>();
 }
 
-std::string fixed(double v, int digits = 2) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 DType current(const Assignment& a, const std::string& layer) {
   auto it = a.find(layer);
   return it == a.end() ? DType::kNative : it->second;
@@ -48,11 +42,9 @@ TuneSettings read_settings(const Spec& spec) {
     else
       t.formats.push_back(d);
   }
-  t.max_top1_drop = number(j, "max_top1_drop");
-  t.min_top1_agreement = number(j, "min_top1_agreement");
-  t.min_sqnr_db = number(j, "min_sqnr_db");
-  t.effective_bits = number(j, "effective_bits");
-  t.min_speedup = number(j, "min_speedup");
+  for (const auto& d : gate_table())
+    if (d.uses & kTuneGate)
+      if (auto v = number(j, d.name)) t.gates.limits[d.gate] = *v;
   t.time_budget_s = number(j, "time_budget_s").value_or(600);
   t.data = j.value("data", "");
   t.search = j.value("search", "greedy");
@@ -63,34 +55,40 @@ TuneSettings read_settings(const Spec& spec) {
   return t;
 }
 
+namespace {
+
+// What candidate x measured for a tune gate (nullopt: not measured).
+std::optional<double> measured(Gate g, const Measured& x, std::optional<double> float_top1) {
+  switch (g) {
+    case Gate::kMaxTop1Drop:
+      if (x.m.top1 && float_top1) return *float_top1 - *x.m.top1;
+      return std::nullopt;
+    case Gate::kMinTop1Agreement:
+      return x.m.top1_agreement;
+    case Gate::kMinSqnrDb:
+      return x.m.sqnr_db;
+    case Gate::kEffectiveBits:
+      return x.bits;
+    case Gate::kMinSpeedup:
+      return x.speedup;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
 std::string failed_gate(const TuneSettings& t, const Measured& x, std::optional<double> float_top1,
                         double* shortfall) {
   std::string first;
   double off = 0;
-  auto check = [&](bool ok, double by, const std::string& what) {
-    if (ok) return;
-    off += by;
-    if (first.empty()) first = what;
-  };
-  if (t.max_top1_drop && x.m.top1 && float_top1) {
-    const double drop = *float_top1 - *x.m.top1;
-    check(drop <= *t.max_top1_drop, (drop - *t.max_top1_drop) / 100.0,
-          "max_top1_drop " + fixed(*t.max_top1_drop) + ": measured " + fixed(drop) + " pt");
+  for (const auto& [gate, limit] : t.gates.limits) {
+    const auto value = measured(gate, x, float_top1);
+    if (!value || t.gates.holds(gate, *value)) continue;
+    const GateDef& d = gate_def(gate);
+    off += std::abs(*value - limit) / d.scale;
+    if (first.empty()) first = t.gates.describe(gate, *value);
   }
-  if (t.min_top1_agreement)
-    check(x.m.top1_agreement >= *t.min_top1_agreement,
-          (*t.min_top1_agreement - x.m.top1_agreement) / 100.0,
-          "min_top1_agreement " + fixed(*t.min_top1_agreement) + ": measured " +
-              fixed(x.m.top1_agreement) + " %");
-  if (t.min_sqnr_db)
-    check(x.m.sqnr_db >= *t.min_sqnr_db, (*t.min_sqnr_db - x.m.sqnr_db) / 10.0,
-          "min_sqnr_db " + fixed(*t.min_sqnr_db) + ": measured " + fixed(x.m.sqnr_db) + " dB");
-  if (t.effective_bits)
-    check(x.bits <= *t.effective_bits + 1e-9, (x.bits - *t.effective_bits) / 32.0,
-          "effective_bits " + fixed(*t.effective_bits) + ": measured " + fixed(x.bits, 3));
-  if (t.min_speedup && x.speedup)
-    check(*x.speedup >= *t.min_speedup, *t.min_speedup - *x.speedup,
-          "min_speedup " + fixed(*t.min_speedup) + ": measured " + fixed(*x.speedup) + "x");
   if (shortfall) *shortfall = off;
   return first;
 }
@@ -154,11 +152,11 @@ std::optional<Move> next_move(const std::vector<SimLayer>& layers, const Assignm
       options.push_back({{l.name, cur, to}, gain, n.at(cur)});  // the worst SQNR now
       continue;
     }
-    if (t.effective_bits) {
+    if (t.gates.has(Gate::kEffectiveBits)) {
       Assignment next = a;
       next[l.name] = to;
       if (to == DType::kNative) next.erase(l.name);
-      if (effective_bits(layers, next) > *t.effective_bits + 1e-9) continue;
+      if (!t.gates.holds(Gate::kEffectiveBits, effective_bits(layers, next))) continue;
     }
     const double bits = double(format_bits(to) - format_bits(cur)) * double(l.weight_params);
     options.push_back({{l.name, cur, to}, gain, gain / std::max(bits, 1.0)});

@@ -14,7 +14,7 @@ namespace tq::tune {
 struct TuneSettings {
   std::vector<DType> formats;  // quantized candidates, in the spec's order
   bool allow_float = false;    // `native` is a candidate
-  std::optional<double> max_top1_drop, min_top1_agreement, min_sqnr_db, effective_bits, min_speedup;
+  GatesSpec gates;             // the tune gates of the gate table (gates.h)
   double time_budget_s = 600;
   std::string data;               // "test", "calibration" or "" (test when set)
   std::string search = "greedy";  // or "revert_worst" (the baseline)

@@ -414,21 +414,14 @@ nlohmann::json settings_json(const tune::TuneSettings& t) {
                    {"time_budget_s", t.time_budget_s},
                    {"samples", t.samples},
                    {"data", t.data.empty() ? "default" : t.data}};
-  const std::pair<const char*, const std::optional<double>*> gates[] = {
-      {"max_top1_drop", &t.max_top1_drop},
-      {"min_top1_agreement", &t.min_top1_agreement},
-      {"min_sqnr_db", &t.min_sqnr_db},
-      {"effective_bits", &t.effective_bits},
-      {"min_speedup", &t.min_speedup}};
-  for (const auto& [k, v] : gates)
-    if (*v) j[k] = **v;
+  for (const auto& [gate, limit] : t.gates.limits) j[gate_def(gate).name] = limit;
   return j;
 }
 
 TuneOutcome Tuner::run() {
   auto t0 = Clock::now();
   s_ = std::make_unique<tune::Session>(spec_, t_.formats, t_.data, t_.samples, opts_.on_progress);
-  if (t_.max_top1_drop && !s_->sample().has_labels())
+  if (t_.gates.has(Gate::kMaxTop1Drop) && !s_->sample().has_labels())
     throw SpecError(spec_.loc("quantize.tune.max_top1_drop"),
                     "quantize.tune.max_top1_drop needs labels, and " + s_->sample().description +
                         " has none; use min_top1_agreement or min_sqnr_db, or set "
