@@ -29,21 +29,25 @@ void quantize_dynamic(QuantizeContext& ctx) {
   act.observer = "minmax";
   act.cfg.dtype = DType::kUInt8;
   const int ai = table.add_template(act);
-  const int w_default = table.add_template(weight_template(ctx.plan, nullptr));
   jit::QConfigs qd;
-  qd[""] = std::make_tuple(table.make_module(ai), table.make_module(w_default));
   std::map<std::string, std::string> reasons;
+  std::vector<std::pair<std::string, ObserverTemplate>> layers;
+  std::vector<ObserverTemplate> all;
   for (const auto& lp : ctx.plan.layers) {
     if (!lp.quantized()) {
       reasons[lp.info.name] = lp.why_float();
       qd[lp.info.name] = std::nullopt;
       continue;
     }
-    auto wt = weight_template(ctx.plan, &lp);
-    if (same_settings(wt, table.templates()[static_cast<size_t>(w_default)])) continue;
-    qd[lp.info.name] =
-        std::make_tuple(table.make_module(ai), table.make_module(table.add_template(wt)));
+    all.push_back(weight_template(ctx.plan, &lp));
+    layers.emplace_back(lp.info.name, all.back());
   }
+  // The most common weight settings are the root's (ptq_common.h).
+  const ObserverTemplate root = most_common(all, same_settings, weight_template(ctx.plan, nullptr));
+  qd[""] = std::make_tuple(table.make_module(ai), table.make_module(table.add_template(root)));
+  for (const auto& [name, wt] : layers)
+    if (!same_settings(wt, root))
+      qd[name] = std::make_tuple(table.make_module(ai), table.make_module(table.add_template(wt)));
   Module work = ctx.model.clone();
   work.eval();
   if (const size_t n = drop_fused_fast_paths(work))

@@ -27,6 +27,23 @@ ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp);
 // cannot express.
 bool same_settings(const ObserverTemplate& a, const ObserverTemplate& b);
 
+// The element of `v` that most others are the `same` as (the first such), or
+// `fallback` when `v` is empty. The settings most quantized layers share
+// become the root qconfig: a blanket rule (`layers: [{module_name: '*',
+// weights: {granularity: per_tensor}}]`) is then one root entry, not one
+// entry per layer, whose activation observers LibTorch cannot place on a
+// value two layers read (a ResNet block's input: conv1 and downsample).
+template <class T, class Same>
+T most_common(const std::vector<T>& v, Same same, T fallback) {
+  size_t best = 0, best_count = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    size_t count = 0;
+    for (const auto& x : v) count += same(v[i], x) ? 1 : 0;
+    if (count > best_count) best = i, best_count = count;
+  }
+  return v.empty() ? fallback : v[best];
+}
+
 // Fills a layer result from its int8 weight qparams: scale range, weight
 // SQNR and stored bytes. Returns the weight rounded to its grid.
 at::Tensor weight_result(LayerResult& r, const at::Tensor& w, const QParams& wq);

@@ -209,10 +209,13 @@ jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {
   s.table.reset();  // the old table first: a table is the active one until it is destroyed
   s.table = std::make_unique<ObserverTable>();
   auto& table = *s.table;
+  using Settings = std::pair<ObserverTemplate, ObserverTemplate>;  // activation, weight
+  auto same = [](const Settings& a, const Settings& b) {
+    return same_settings(a.first, b.first) && same_settings(a.second, b.second);
+  };
   jit::QConfigs qd;
-  int act_default = table.add_template(act_template(plan, nullptr));
-  int w_default = table.add_template(weight_template(plan, nullptr));
-  qd[""] = std::make_tuple(table.make_module(act_default), table.make_module(w_default));
+  std::vector<std::pair<const LayerPlan*, Settings>> layers;
+  std::vector<Settings> all;
   for (const auto& lp : plan.layers) {
     std::string why = lp.why_float();
     if (why.empty() && s.keep_float.count(lp.info.name)) why = s.reasons[lp.info.name];
@@ -221,18 +224,21 @@ jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {
       qd[lp.info.name] = std::nullopt;
       continue;
     }
-    auto at = act_template(plan, &lp.activations);
-    auto wt = weight_template(plan, &lp);
-    // Layers with the default settings share the root qconfig: a per-layer
-    // entry would give instances of one TorchScript type different observers,
-    // which LibTorch's pass cannot express.
-    if (same_settings(at, table.templates()[static_cast<size_t>(act_default)]) &&
-        same_settings(wt, table.templates()[static_cast<size_t>(w_default)]))
-      continue;
-    int a = table.add_template(std::move(at));
-    int w = table.add_template(std::move(wt));
-    qd[lp.info.name] = std::make_tuple(table.make_module(a), table.make_module(w));
+    all.push_back({act_template(plan, &lp.activations), weight_template(plan, &lp)});
+    layers.emplace_back(&lp, all.back());
   }
+  // Layers with the most common settings share the root qconfig: per-layer
+  // entries would give instances of one TorchScript type different
+  // observers, which LibTorch's pass cannot express (ptq_common.h).
+  const Settings root =
+      most_common(all, same, Settings{act_template(plan, nullptr), weight_template(plan, nullptr)});
+  auto module_of = [&](const ObserverTemplate& t) {
+    return table.make_module(table.add_template(t));
+  };
+  qd[""] = std::make_tuple(module_of(root.first), module_of(root.second));
+  for (const auto& [lp, settings] : layers)
+    if (!same(settings, root))
+      qd[lp->info.name] = std::make_tuple(module_of(settings.first), module_of(settings.second));
   return qd;
 }
 

@@ -15,8 +15,9 @@
 #
 # Usage: scripts/bench/heldout.sh [TAO_QUANT] [OUT_DIR]
 #   (defaults: build/bin/tao-quant, runs/heldout). Run from the repository
-#   root after the models fixture (ctest -R models, or
-#   scripts/models/make_test_models.sh). Prints a markdown table.
+#   root after the models fixture and the extra Fashion-MNIST nets
+#   (scripts/models/make_test_models.sh models all extra). Prints a markdown
+#   table.
 set -euo pipefail
 tq=${1:-build/bin/tao-quant}
 out=${2:-runs/heldout}

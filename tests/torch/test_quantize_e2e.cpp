@@ -239,6 +239,42 @@ TEST_CASE("static int8 on the CNN: real quantized kernels, accuracy kept", "[e2e
   }
 }
 
+TEST_CASE("static int8 with a blanket per_tensor rule on the ResNet: one root qconfig",
+          "[e2e][static]") {
+  // Each block's input is read by conv1 and by the downsample conv. With one
+  // qconfig entry per layer, LibTorch refused to place two observers on it
+  // ("Expecting all values in the graph only configured with one observer");
+  // the settings every layer shares are now the root qconfig.
+  const std::string resnet = kModels + "/fmnist/resnet.pt";
+  for (const std::string mode : {"static_ptq", "dynamic_ptq"}) {
+    auto dir = tmpdir("static_blanket_" + mode);
+    auto out =
+        quantize("results_dir: " + dir + "\nquantize:\n  backend: libtorch\n  mode: " + mode +
+                 "\n  default_layer_dtype: int8\n  model_path: " + resnet +
+                 (mode == "static_ptq" ? "\n  default_activation_dtype: int8"
+                                         "\n  backend_kwargs: {latency_check: false}"
+                                       : "") +
+                 "\n  layers:\n"
+                 "    - module_name: '*'\n      weights: {granularity: per_tensor}\n"
+                 "dataset:\n  quant_calibration_dataset:\n    data_file: " +
+                 kCalib + "\n    batch_size: 64\n");
+    size_t quantized = 0;
+    for (const auto& l : out.layers) {
+      INFO(mode << " " << l.name);
+      if (l.kept_float) continue;
+      CHECK(l.weight_format == "int8/per_tensor");
+      ++quantized;
+    }
+    CHECK(quantized == (mode == "static_ptq" ? out.layers.size() : 1u));  // dynamic: the fc
+    if (mode != "static_ptq") continue;
+    auto q = torch::jit::load(out.artifact_path);
+    q.eval();
+    auto fp32 = torch::jit::load(resnet);
+    fp32.eval();
+    CHECK(top1(fp32, 2000) - top1(q, 2000) <= 0.01);
+  }
+}
+
 TEST_CASE("fakequant static fp8_e4m3fn on the CNN: q->dq in the graph, accuracy kept",
           "[e2e][static][fakequant]") {
   auto dir = tmpdir("fq_static");
