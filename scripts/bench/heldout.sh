@@ -83,11 +83,20 @@ for m in resnet_imbalanced mlp_imbalanced; do
   done
 done
 
+fidelity=()
 for m in cnn_bn mlp effnet vit_qkv; do
   fp=$(top1 "$data/$m.pt")
   n=$(quantize "$m-int4-nearest" "$data/$m.pt" "$int4")
   a=$(quantize "$m-int4-gptq" "$data/$m.pt" "$int4" $'  weight_rounding: gptq\n')
   row "$m" "weight-only int4 per-channel: nearest vs GPTQ" "$fp" "$n" "$a"
+  # Close to float, top-1 moves by a few images either way: how close each
+  # artifact's outputs are to the float model's says which one is better.
+  mapfile -t f < <("$py" scripts/bench/fidelity.py "$data/$m.pt" "$data/test.npz" \
+    "$out/$m-int4-nearest/quantized_model_libtorch.pth" \
+    "$out/$m-int4-gptq/quantized_model_libtorch.pth")
+  read -r sn an _ <<< "${f[0]}"
+  read -r sg ag _ <<< "${f[1]}"
+  fidelity+=("| $m | $sn | $sg | $an | $ag |")
 done
 
 m=vit_qkv_outliers_s1
@@ -95,3 +104,10 @@ fp=$(top1 "$out/$m.pt")
 n=$(quantize "$m-minmax" "$out/$m.pt" "$(static per_channel)")
 a=$(quantize "$m-sq" "$out/$m.pt" "$(static per_channel)" $'  smoothquant: true\n')
 row "$m" "static int8: minmax vs SmoothQuant" "$fp" "$n" "$a"
+
+echo
+echo "Weight-only int4 per-channel, outputs against the float model's (10k test images):"
+echo
+echo "| model | output SQNR nearest (dB) | output SQNR GPTQ (dB) | top-1 agreement nearest (%) | top-1 agreement GPTQ (%) |"
+echo "|---|---:|---:|---:|---:|"
+printf '%s\n' "${fidelity[@]}"

@@ -61,8 +61,13 @@ at::Tensor tensor_of(const nlohmann::json& j) {
   return torch::tensor(flat, torch::kDouble).reshape(shape);
 }
 
-double fmnist_top1(const std::string& path) {
-  auto m = torch::jit::load(path);
+namespace {
+
+// Each test batch's argmax from every model, batch by batch.
+template <class Fn>
+void over_test_set(const std::vector<std::string>& paths, Fn fn) {
+  std::vector<torch::jit::Module> models;
+  for (const auto& p : paths) models.push_back(torch::jit::load(p));
   auto spec =
       parse_spec_text("dataset:\n  test_dataset:\n    data_file: " + std::string(TQ_MODELS_DIR) +
                           "/fmnist/test.npz\n    batch_size: 500\n",
@@ -70,12 +75,32 @@ double fmnist_top1(const std::string& path) {
   auto loader = make_data_loader(spec, *spec.dataset.test_dataset, "dataset.test_dataset", true);
   torch::NoGradGuard ng;
   Batch b;
-  int64_t correct = 0, n = 0;
   while (loader->next(b)) {
-    correct += (m.forward({b.inputs[0]}).toTensor().argmax(1) == b.labels).sum().item<int64_t>();
-    n += b.labels.size(0);
+    std::vector<at::Tensor> argmax;
+    for (auto& m : models) argmax.push_back(m.forward({b.inputs[0]}).toTensor().argmax(1));
+    fn(argmax, b.labels);
   }
+}
+
+}  // namespace
+
+double fmnist_top1(const std::string& path) {
+  int64_t correct = 0, n = 0;
+  over_test_set({path}, [&](const std::vector<at::Tensor>& a, const at::Tensor& labels) {
+    correct += (a[0] == labels).sum().item<int64_t>();
+    n += labels.size(0);
+  });
   return 100.0 * double(correct) / double(n);
+}
+
+double fmnist_agreement(const std::string& float_model, const std::string& artifact) {
+  int64_t same = 0, n = 0;
+  over_test_set({float_model, artifact},
+                [&](const std::vector<at::Tensor>& a, const at::Tensor& labels) {
+                  same += (a[0] == a[1]).sum().item<int64_t>();
+                  n += labels.size(0);
+                });
+  return 100.0 * double(same) / double(n);
 }
 
 }  // namespace tq::test

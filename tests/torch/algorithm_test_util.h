@@ -25,4 +25,9 @@ at::Tensor tensor_of(const nlohmann::json& j);
 // run by plain LibTorch.
 double fmnist_top1(const std::string& path);
 
+// Share (%) of the 10k test images whose argmax from `artifact` is the
+// float model's. Close to float, top-1 moves by a few images either way;
+// this says which of two artifacts is closer to the model they quantize.
+double fmnist_agreement(const std::string& float_model, const std::string& artifact);
+
 }  // namespace tq::test

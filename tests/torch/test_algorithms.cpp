@@ -164,6 +164,10 @@ TEST_CASE("int4 per-channel on the trained CNN: GPTQ and bias correction beat ne
   CHECK(t_gptq >= t_near - 0.1);
   if (fp32 - t_near > 0.3) CHECK(fp32 - t_gptq <= 0.6 * (fp32 - t_near));
   CHECK(t_both >= t_near - 0.1);
+  // Closer to the float model than nearest is (measured 98.76 -> 99.71 %).
+  const std::string cnn = kModels + "/fmnist/cnn.pt";
+  CHECK(tq::test::fmnist_agreement(cnn, gptq.artifact_path) >
+        tq::test::fmnist_agreement(cnn, nearest.artifact_path));
   // The report says what each algorithm did to each layer.
   const auto& layers = gptq.report["layers"];
   bool seen = false;
@@ -406,11 +410,17 @@ TEST_CASE("int4 per-channel on the MobileNetV2-style net and the ResNet: GPTQ be
                                extra +
                                "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
                                "/fmnist/calib.npz\n    batch_size: 64\n";
-      return top1_of(tq::run_quantize(tq::parse_spec_text(yaml, "<test>")).artifact_path);
+      return tq::run_quantize(tq::parse_spec_text(yaml, "<test>")).artifact_path;
     };
-    const double nearest = run("nearest", ""), gptq = run("gptq", "  weight_rounding: gptq\n");
-    WARN(net << " int4 per-channel: fp32 " << fp32 << ", nearest " << nearest << ", gptq " << gptq);
+    const std::string n_path = run("nearest", ""),
+                      g_path = run("gptq", "  weight_rounding: gptq\n");
+    const double nearest = top1_of(n_path), gptq = top1_of(g_path);
+    const double n_agree = tq::test::fmnist_agreement(model, n_path),
+                 g_agree = tq::test::fmnist_agreement(model, g_path);
+    WARN(net << " int4 per-channel: fp32 " << fp32 << ", nearest " << nearest << ", gptq " << gptq
+             << "; agreement with fp32: nearest " << n_agree << ", gptq " << g_agree);
     CHECK(gptq >= nearest - 0.05);
+    CHECK(g_agree > n_agree);
     CHECK(fp32 - gptq <= 1.0);
     if (fp32 - nearest > 0.3) CHECK(fp32 - gptq <= 0.6 * (fp32 - nearest));
   }

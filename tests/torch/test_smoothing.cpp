@@ -165,9 +165,14 @@ TEST_CASE("weight-only int4 on the ViTs: AWQ and GPTQ never lose to nearest",
       return quantize_vit(model, d + "/" + name + "_" + tag, kInt4, extra);
     };
     auto awq = run("awq", "  awq: true\n");
-    const double n = tq::test::fmnist_top1(run("nearest", "").artifact_path);
+    const std::string near_path = run("nearest", "").artifact_path;
+    const double n = tq::test::fmnist_top1(near_path);
     const double a = tq::test::fmnist_top1(awq.artifact_path);
-    const double g = tq::test::fmnist_top1(run("gptq", "  weight_rounding: gptq\n").artifact_path);
+    const std::string gptq_path = run("gptq", "  weight_rounding: gptq\n").artifact_path;
+    const double g = tq::test::fmnist_top1(gptq_path);
+    // Closer to the float model than nearest (measured 97.48 -> 98.88 %).
+    CHECK(tq::test::fmnist_agreement(model, gptq_path) >
+          tq::test::fmnist_agreement(model, near_path));
     const double ag = tq::test::fmnist_top1(
         run("awq_gptq", "  awq: true\n  weight_rounding: gptq\n").artifact_path);
     WARN(name << " int4 per-channel: fp32 " << fp32 << ", nearest " << n << ", awq " << a
