@@ -24,7 +24,7 @@ class FakeQuantBackend : public StagedBackend<FakeQuantSession, calibrate_fake_q
     }
     ctx.backend_meta["storage"] = "float weights rounded to the quantization grid";
     quantize_weights(
-        ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string&) -> size_t {
+        ctx, [&](const LayerPlan& lp, const wformat::QuantizedWeight& q, std::string&) -> size_t {
           auto layer = find_submodule(ctx.model, lp.info.name);
           set_weight_values(layer, q.dequant);
           auto w = layer.attr("weight").toTensor();

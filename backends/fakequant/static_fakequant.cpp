@@ -77,7 +77,7 @@ void correct_static_biases(QuantizeContext& ctx, FakeQuantSession& s, Calibratio
   for (const auto& lp : ctx.plan.layers) {
     const auto a = lp.algorithms(ctx.plan);
     if (std::find(a.begin(), a.end(), "bias_correction") == a.end()) continue;
-    const fmt::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
+    const wformat::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
     const at::Tensor w = find_submodule(s.work, lp.info.name).attr("weight").toTensor();
     StaticBiasLayer b;
     b.weight = at::tensor(q.dequant).reshape(w.sizes());
@@ -191,7 +191,7 @@ struct LayerTaps {
 LayerResult fake_quant_result(const QuantizeContext& ctx, FakeQuantSession& s, const LayerPlan& lp,
                               torch::jit::Module result, const LayerTaps& taps,
                               const std::map<std::string, QParams>& act,
-                              const std::map<std::string, fmt::QuantizedWeight>& weights) {
+                              const std::map<std::string, wformat::QuantizedWeight>& weights) {
   auto layer = find_submodule(result, lp.info.name);
   auto w = layer.attr("weight").toTensor();
   const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
@@ -227,11 +227,11 @@ void convert_fake_quant(QuantizeContext& ctx, FakeQuantSession& s) {
   taps.float_inputs = capture_layer_inputs(ctx.model, s.holdout);
   const auto act = insert_fake_quant(s);
   // Weights: rounded to the grid in place.
-  std::map<std::string, fmt::QuantizedWeight> weights;
+  std::map<std::string, wformat::QuantizedWeight> weights;
   for (const auto& lp : ctx.plan.layers) {
     if (!lp.quantized() || !lp.weights.quantized()) continue;
     auto layer = find_submodule(s.work, lp.info.name);
-    fmt::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
+    wformat::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
     set_weight_values(layer, q.dequant);
     weights[lp.info.name] = std::move(q);
   }

@@ -122,7 +122,7 @@ at::Tensor to_tensor_f32(const std::vector<float>& v) {
   return t;
 }
 
-void set_tq_attrs(torch::jit::Module& m, const fmt::QuantizedWeight* q) {
+void set_tq_attrs(torch::jit::Module& m, const wformat::QuantizedWeight* q) {
   c10::List<int64_t> meta;
   at::Tensor codes = torch::empty({0}, torch::kUInt8), scale = torch::empty({0}),
              zp = torch::empty({0}), lut = torch::empty({0});
@@ -161,7 +161,7 @@ std::string compact_blocker(const torch::jit::Module& model, const std::string& 
 }
 
 size_t install_compact_weight(torch::jit::Module& model, const std::string& layer_name,
-                              const fmt::QuantizedWeight& q) {
+                              const wformat::QuantizedWeight& q) {
   auto target = find_submodule(model, layer_name);
   c10::ClassType* type = target.type().get();
   // Types are shared between instances: the first time a type is patched,

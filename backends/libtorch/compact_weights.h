@@ -24,6 +24,6 @@ std::string compact_blocker(const torch::jit::Module& model, const std::string& 
 // the decoded values, so the model in memory equals the artifact after load.
 // Returns the bytes stored for it.
 size_t install_compact_weight(torch::jit::Module& model, const std::string& layer_name,
-                              const fmt::QuantizedWeight& q);
+                              const wformat::QuantizedWeight& q);
 
 }  // namespace tq::libtorch

@@ -34,7 +34,8 @@ class LibTorchBackend : public StagedBackend<StaticSession, calibrate_static> {
     ctx.backend_meta["storage"] =
         "compact codes + scales, decoded by TorchScript __setstate__ at load";
     quantize_weights(
-        ctx, [&](const LayerPlan& lp, const fmt::QuantizedWeight& q, std::string& note) -> size_t {
+        ctx,
+        [&](const LayerPlan& lp, const wformat::QuantizedWeight& q, std::string& note) -> size_t {
           std::string blocker = compact_blocker(ctx.model, lp.info.name);
           if (blocker.empty()) return install_compact_weight(ctx.model, lp.info.name, q);
           // Still quantized (values on the grid), but stored as float.

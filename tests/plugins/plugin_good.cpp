@@ -21,13 +21,13 @@ class GoodBackend : public tq::QuantizerBase {
  public:
   void quantize(tq::QuantizeContext& ctx) override {
     ctx.backend_meta["storage"] = "float weights on a power-of-two grid";
-    tq::quantize_weights(
-        ctx,
-        [&](const tq::LayerPlan& lp, const tq::fmt::QuantizedWeight& q, std::string&) -> size_t {
-          auto layer = tq::find_submodule(ctx.model, lp.info.name);
-          tq::set_weight_values(layer, q.dequant);
-          return q.dequant.size() * sizeof(float);
-        });
+    tq::quantize_weights(ctx,
+                         [&](const tq::LayerPlan& lp, const tq::wformat::QuantizedWeight& q,
+                             std::string&) -> size_t {
+                           auto layer = tq::find_submodule(ctx.model, lp.info.name);
+                           tq::set_weight_values(layer, q.dequant);
+                           return q.dequant.size() * sizeof(float);
+                         });
   }
 };
 

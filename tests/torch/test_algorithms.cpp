@@ -29,14 +29,14 @@ const auto& tmpdir = tq::test::alg_tmpdir;
 const auto& refs = tq::test::algorithm_refs;
 const auto& top1_of = tq::test::fmnist_top1;
 
-tq::fmt::QuantizedWeight nearest_of(const at::Tensor& w, tq::DType d, tq::Granularity g,
-                                    int group) {
-  tq::fmt::WeightFormat f;
+tq::wformat::QuantizedWeight nearest_of(const at::Tensor& w, tq::DType d, tq::Granularity g,
+                                        int group) {
+  tq::wformat::WeightFormat f;
   f.dtype = d;
   f.granularity = g;
   f.group_size = group;
   at::Tensor w32 = w.to(at::kFloat).contiguous();
-  return tq::fmt::quantize_weight(w32.data_ptr<float>(), w32.sizes().vec(), f);
+  return tq::wformat::quantize_weight(w32.data_ptr<float>(), w32.sizes().vec(), f);
 }
 
 }  // namespace
@@ -54,7 +54,7 @@ TEST_CASE("gptq matches the paper's unblocked algorithm computed in Python", "[a
     s.block_size = 16;  // several lazy blocks
     s.act_order = r["act_order"];
     at::Tensor h = at::matmul(x.t(), x).unsqueeze(0);
-    auto values = tq::gptq_round(w, h, tq::fmt::WeightGrid(q0), s);
+    auto values = tq::gptq_round(w, h, tq::wformat::WeightGrid(q0), s);
     at::Tensor q = torch::tensor(values, torch::kFloat).reshape(w.sizes()).to(at::kDouble);
     // Same codes (a tie may round the other way after float64 reassociation).
     const double same = (q - q_ref).abs().lt(1e-6).to(at::kDouble).mean().item<double>();
@@ -64,7 +64,7 @@ TEST_CASE("gptq matches the paper's unblocked algorithm computed in Python", "[a
     CHECK(err < 0.8 * r["output_err_nearest"].get<double>());
     // Values stay on the nearest rounding's grid: re-quantized, nothing moves.
     at::Tensor qf = q.to(at::kFloat).contiguous();
-    auto requant = tq::fmt::quantize_weight_with(qf.data_ptr<float>(), q0);
+    auto requant = tq::wformat::quantize_weight_with(qf.data_ptr<float>(), q0);
     CHECK(std::equal(requant.dequant.begin(), requant.dequant.end(), qf.data_ptr<float>()));
   }
 }

@@ -434,8 +434,8 @@ TEST_CASE("observers: fp8 gives amax / fp8 max scales", "[observers]") {
   at::Tensor x = torch::randn({10000}) * 3;
   float amax = x.abs().max().item<float>();
   for (auto d : {tq::DType::kFp8E4M3, tq::DType::kFp8E5M2}) {
-    float fmax =
-        tq::fmt::fp8_max(d == tq::DType::kFp8E4M3 ? tq::fmt::Fp8::kE4M3FN : tq::fmt::Fp8::kE5M2);
+    float fmax = tq::wformat::fp8_max(d == tq::DType::kFp8E4M3 ? tq::wformat::Fp8::kE4M3FN
+                                                               : tq::wformat::Fp8::kE5M2);
     for (const auto& n : {"minmax", "max", "moving_average_minmax"}) {
       auto q = run(n, config(d, false), {x});
       CHECK(q.dtype == d);

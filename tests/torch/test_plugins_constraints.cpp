@@ -165,14 +165,14 @@ TEST_CASE("quantize_weight_constrained: codes, values and SQNR follow the constr
           "[constraints]") {
   const std::vector<int64_t> shape{16, 8, 3, 3};
   const auto w = random_weights(16 * 8 * 9, 7);
-  tq::fmt::WeightFormat f;
+  tq::wformat::WeightFormat f;
   f.dtype = tq::DType::kInt8;
   f.granularity = tq::Granularity::kPerChannel;
   f.axis = 0;
   f.symmetric = true;
 
-  // No active constraint: exactly fmt::quantize_weight.
-  auto plain = tq::fmt::quantize_weight(w.data(), shape, f);
+  // No active constraint: exactly wformat::quantize_weight.
+  auto plain = tq::wformat::quantize_weight(w.data(), shape, f);
   auto same = tq::quantize_weight_constrained(w.data(), shape, f, {});
   CHECK(same.scales == plain.scales);
   CHECK(same.codes == plain.codes);
@@ -195,7 +195,7 @@ TEST_CASE("quantize_weight_constrained: codes, values and SQNR follow the constr
   // Up to 2x coarser steps: at most ~6 dB below the unconstrained SQNR.
   CHECK(q.sqnr_db <= plain.sqnr_db);
   CHECK(q.sqnr_db > plain.sqnr_db - 6.1);
-  CHECK(q.sqnr_db == Approx(tq::fmt::sqnr_db(w.data(), q.dequant.data(), w.size())));
+  CHECK(q.sqnr_db == Approx(tq::wformat::sqnr_db(w.data(), q.dequant.data(), w.size())));
 
   tq::QParamConstraints sym;
   sym.symmetric_only = true;
@@ -206,7 +206,7 @@ TEST_CASE("quantize_weight_constrained: codes, values and SQNR follow the constr
 TEST_CASE("quantize_weight_constrained: per-group int4 affine under min_scale", "[constraints]") {
   const std::vector<int64_t> shape{4, 40};  // groups of 16: 3 per row, the last padded
   auto w = random_weights(160, 11);
-  tq::fmt::WeightFormat f;
+  tq::wformat::WeightFormat f;
   f.dtype = tq::DType::kInt4;
   f.granularity = tq::Granularity::kPerGroup;
   f.group_size = 16;
@@ -217,7 +217,7 @@ TEST_CASE("quantize_weight_constrained: per-group int4 affine under min_scale", 
   REQUIRE(q.groups_per_row == 3);
   REQUIRE(q.scales.size() == 12);
   std::vector<int8_t> codes(4 * 3 * 16);
-  tq::fmt::unpack_int4(q.codes.data(), codes.size(), codes.data());
+  tq::wformat::unpack_int4(q.codes.data(), codes.size(), codes.data());
   for (size_t s = 0; s < q.scales.size(); ++s) CHECK(q.scales[s] >= 0.05f);
   for (size_t r = 0; r < 4; ++r)
     for (size_t j = 0; j < 48; ++j) {

@@ -87,11 +87,11 @@ TEST_CASE("AWQ's grid search matches the paper's definition computed in Python",
   const at::Tensor x2 = in.reshape({-1, 16}).to(at::kDouble);
   std::vector<at::Tensor> weights{param(m, "q.weight"), param(m, "k.weight")};
   auto int4 = [](size_t, const at::Tensor& w) {
-    tq::fmt::WeightFormat f;
+    tq::wformat::WeightFormat f;
     f.dtype = tq::DType::kInt4;
     f.granularity = tq::Granularity::kPerChannel;
     at::Tensor w32 = w.to(at::kFloat).contiguous();
-    auto q = tq::fmt::quantize_weight(w32.data_ptr<float>(), w32.sizes().vec(), f);
+    auto q = tq::wformat::quantize_weight(w32.data_ptr<float>(), w32.sizes().vec(), f);
     return at::from_blob(q.dequant.data(), w32.sizes(), at::kFloat).clone();
   };
   const auto res = tq::awq_search(weights, x2.abs().mean(0), at::matmul(x2.t(), x2), 20, int4);

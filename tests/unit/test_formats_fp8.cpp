@@ -14,7 +14,7 @@
 
 #include "taoquant/formats.h"
 
-using tq::fmt::Fp8;
+using tq::wformat::Fp8;
 
 namespace {
 
@@ -104,12 +104,12 @@ const FormatDef& def_of(int i) {
 TEST_CASE("fp8 decode matches the format definition for all 256 codes", "[formats][fp8]") {
   for (int fi = 0; fi < 2; ++fi) {
     const FormatDef& d = def_of(fi);
-    const auto& table = tq::fmt::fp8_table(d.f);
+    const auto& table = tq::wformat::fp8_table(d.f);
     int nan_codes = 0, inf_codes = 0;
     for (int c = 0; c < 256; ++c) {
       INFO(d.name << " code " << c);
       const RefCode r = ref_decode(d, c);
-      const float got = tq::fmt::fp8_decode(static_cast<uint8_t>(c), d.f);
+      const float got = tq::wformat::fp8_decode(static_cast<uint8_t>(c), d.f);
       switch (r.kind) {
         case Kind::kNaN:
           ++nan_codes;
@@ -130,11 +130,11 @@ TEST_CASE("fp8 decode matches the format definition for all 256 codes", "[format
     }
     CHECK(nan_codes == (fi == 0 ? 2 : 6));
     CHECK(inf_codes == (fi == 0 ? 0 : 2));
-    CHECK(tq::fmt::fp8_max(d.f) == static_cast<float>(d.max));
-    CHECK(tq::fmt::fp8_decode(d.max_code, d.f) == static_cast<float>(d.max));
-    CHECK(tq::fmt::fp8_decode(0x01, d.f) == static_cast<float>(d.min_subnormal));
+    CHECK(tq::wformat::fp8_max(d.f) == static_cast<float>(d.max));
+    CHECK(tq::wformat::fp8_decode(d.max_code, d.f) == static_cast<float>(d.max));
+    CHECK(tq::wformat::fp8_decode(0x01, d.f) == static_cast<float>(d.min_subnormal));
   }
-  CHECK(&tq::fmt::fp8_table(Fp8::kE4M3FN) == &tq::fmt::fp8_table(Fp8::kE4M3FN));
+  CHECK(&tq::wformat::fp8_table(Fp8::kE4M3FN) == &tq::wformat::fp8_table(Fp8::kE4M3FN));
 }
 
 TEST_CASE("fp8 encode(decode(c)) == c for every finite code", "[formats][fp8]") {
@@ -143,10 +143,11 @@ TEST_CASE("fp8 encode(decode(c)) == c for every finite code", "[formats][fp8]") 
     for (int c = 0; c < 256; ++c) {
       if (ref_decode(d, c).kind != Kind::kFinite) continue;
       INFO(d.name << " code " << c);
-      CHECK(tq::fmt::fp8_encode(tq::fmt::fp8_decode(static_cast<uint8_t>(c), d.f), d.f) == c);
+      CHECK(tq::wformat::fp8_encode(tq::wformat::fp8_decode(static_cast<uint8_t>(c), d.f), d.f) ==
+            c);
     }
-    CHECK(tq::fmt::fp8_encode(0.0f, d.f) == 0x00);
-    CHECK(tq::fmt::fp8_encode(-0.0f, d.f) == 0x80);
+    CHECK(tq::wformat::fp8_encode(0.0f, d.f) == 0x00);
+    CHECK(tq::wformat::fp8_encode(-0.0f, d.f) == 0x80);
   }
 }
 
@@ -166,9 +167,9 @@ TEST_CASE("fp8 ties round to the even mantissa, off-midpoint rounds to nearer", 
       for (const float s : {1.0f, -1.0f}) {
         const uint8_t sign = s < 0 ? 0x80 : 0x00;
         INFO(d.name << " between " << lo << " and " << hi << " sign " << s);
-        CHECK(tq::fmt::fp8_encode(s * mid, d.f) == (sign | even));
-        CHECK(tq::fmt::fp8_encode(s * above, d.f) == (sign | l.codes[i + 1]));
-        CHECK(tq::fmt::fp8_encode(s * below, d.f) == (sign | l.codes[i]));
+        CHECK(tq::wformat::fp8_encode(s * mid, d.f) == (sign | even));
+        CHECK(tq::wformat::fp8_encode(s * above, d.f) == (sign | l.codes[i + 1]));
+        CHECK(tq::wformat::fp8_encode(s * below, d.f) == (sign | l.codes[i]));
       }
     }
   }
@@ -185,23 +186,23 @@ TEST_CASE("fp8 saturates, maps NaN to NaN and underflows to signed zero", "[form
     for (const float v :
          {mx, mx * 1.5f, std::nextafter(mx, inf), 1e30f, std::numeric_limits<float>::max(), inf}) {
       INFO("value " << v);
-      CHECK(tq::fmt::fp8_encode(v, d.f) == pos_max);
-      CHECK(tq::fmt::fp8_encode(-v, d.f) == neg_max);
+      CHECK(tq::wformat::fp8_encode(v, d.f) == pos_max);
+      CHECK(tq::wformat::fp8_encode(-v, d.f) == neg_max);
     }
-    CHECK(std::isnan(tq::fmt::fp8_decode(tq::fmt::fp8_encode(nan, d.f), d.f)));
-    CHECK(std::isnan(tq::fmt::fp8_decode(tq::fmt::fp8_encode(-nan, d.f), d.f)));
+    CHECK(std::isnan(tq::wformat::fp8_decode(tq::wformat::fp8_encode(nan, d.f), d.f)));
+    CHECK(std::isnan(tq::wformat::fp8_decode(tq::wformat::fp8_encode(-nan, d.f), d.f)));
 
     const auto half_min = static_cast<float>(d.min_subnormal / 2);
-    CHECK(tq::fmt::fp8_encode(half_min, d.f) == 0x00);
-    CHECK(tq::fmt::fp8_encode(-half_min, d.f) == 0x80);
-    CHECK(tq::fmt::fp8_encode(std::nextafter(half_min, 1.0f), d.f) == 0x01);
-    CHECK(tq::fmt::fp8_encode(-std::nextafter(half_min, 1.0f), d.f) == 0x81);
-    CHECK(tq::fmt::fp8_encode(std::nextafter(half_min, 0.0f), d.f) == 0x00);
-    CHECK(tq::fmt::fp8_encode(1e-30f, d.f) == 0x00);
-    CHECK(tq::fmt::fp8_encode(std::numeric_limits<float>::denorm_min(), d.f) == 0x00);
-    CHECK(tq::fmt::fp8_encode(-std::numeric_limits<float>::denorm_min(), d.f) == 0x80);
+    CHECK(tq::wformat::fp8_encode(half_min, d.f) == 0x00);
+    CHECK(tq::wformat::fp8_encode(-half_min, d.f) == 0x80);
+    CHECK(tq::wformat::fp8_encode(std::nextafter(half_min, 1.0f), d.f) == 0x01);
+    CHECK(tq::wformat::fp8_encode(-std::nextafter(half_min, 1.0f), d.f) == 0x81);
+    CHECK(tq::wformat::fp8_encode(std::nextafter(half_min, 0.0f), d.f) == 0x00);
+    CHECK(tq::wformat::fp8_encode(1e-30f, d.f) == 0x00);
+    CHECK(tq::wformat::fp8_encode(std::numeric_limits<float>::denorm_min(), d.f) == 0x00);
+    CHECK(tq::wformat::fp8_encode(-std::numeric_limits<float>::denorm_min(), d.f) == 0x80);
     // 1.5 * min subnormal is a tie between codes 1 and 2 -> 2 (even).
-    CHECK(tq::fmt::fp8_encode(static_cast<float>(1.5 * d.min_subnormal), d.f) == 0x02);
+    CHECK(tq::wformat::fp8_encode(static_cast<float>(1.5 * d.min_subnormal), d.f) == 0x02);
   }
 }
 
@@ -225,12 +226,12 @@ TEST_CASE("fp8 encode agrees with a reference encoder across all float binades",
     const FormatDef& d = def_of(fi);
     size_t mismatches = 0, specials = 0;
     for (const float x : xs) {
-      const uint8_t got = tq::fmt::fp8_encode(x, d.f);
+      const uint8_t got = tq::wformat::fp8_encode(x, d.f);
       if (got != ref_encode(d, ladders[fi], x)) {
         if (mismatches++ < 5) FAIL_CHECK(d.name << " x=" << x << " got " << int(got));
       }
       // Finite input never produces inf or NaN (E5M2 has inf codes).
-      if (!std::isfinite(tq::fmt::fp8_decode(got, d.f))) ++specials;
+      if (!std::isfinite(tq::wformat::fp8_decode(got, d.f))) ++specials;
     }
     INFO(d.name);
     CHECK(mismatches == 0);
@@ -242,11 +243,11 @@ TEST_CASE("int4 pack/unpack", "[formats][int4]") {
   SECTION("known byte layout") {
     const int8_t v[] = {1, -1};
     uint8_t out[1] = {0};
-    tq::fmt::pack_int4(v, 2, out);
+    tq::wformat::pack_int4(v, 2, out);
     CHECK(out[0] == 0xF1);
     const int8_t w[] = {-8, 7, 3};
     uint8_t o2[2] = {0xAA, 0xAA};
-    tq::fmt::pack_int4(w, 3, o2);
+    tq::wformat::pack_int4(w, 3, o2);
     CHECK(o2[0] == 0x78);
     CHECK(o2[1] == 0x03);  // odd count: high nibble of the last byte is zero
   }
@@ -256,9 +257,9 @@ TEST_CASE("int4 pack/unpack", "[formats][int4]") {
     for (const size_t n : {size_t{16}, size_t{15}, size_t{1}, size_t{0}}) {
       INFO("n = " << n);
       std::vector<uint8_t> packed((n + 1) / 2, 0xFF);
-      tq::fmt::pack_int4(all.data(), n, packed.data());
+      tq::wformat::pack_int4(all.data(), n, packed.data());
       std::vector<int8_t> back(n, 99);
-      tq::fmt::unpack_int4(packed.data(), n, back.data());
+      tq::wformat::unpack_int4(packed.data(), n, back.data());
       CHECK(std::equal(back.begin(), back.end(), all.begin()));
       for (size_t i = 0; i < n; ++i) {
         const int nib = (packed[i / 2] >> (4 * (i % 2))) & 0xF;

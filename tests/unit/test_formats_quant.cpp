@@ -14,9 +14,9 @@
 
 using tq::DType;
 using tq::Granularity;
-using tq::fmt::quantize_weight;
-using tq::fmt::QuantizedWeight;
-using tq::fmt::WeightFormat;
+using tq::wformat::quantize_weight;
+using tq::wformat::QuantizedWeight;
+using tq::wformat::WeightFormat;
 
 namespace {
 
@@ -94,7 +94,7 @@ void check_consistent(const QuantizedWeight& q, const std::vector<float>& w) {
   CHECK(bad_error == 0);
   CHECK(q.bytes() == q.codes.size() + 4 * q.scales.size() + 4 * q.zero_points.size());
   for (float s : q.scales) CHECK((std::isfinite(s) && s > 0));
-  CHECK(q.sqnr_db == Approx(tq::fmt::sqnr_db(w.data(), q.dequant.data(), n)));
+  CHECK(q.sqnr_db == Approx(tq::wformat::sqnr_db(w.data(), q.dequant.data(), n)));
 }
 
 std::vector<float> normal_weights(size_t n, float sigma, unsigned seed) {
@@ -267,7 +267,7 @@ TEST_CASE("quantize_weight per-group with a ragged last group", "[formats][quant
     CHECK(q.scales[0] == 7.0f / 7.0f);
     CHECK(q.scales[1] == 3.0f / 7.0f);
     std::vector<int8_t> c(10);
-    tq::fmt::unpack_int4(q.codes.data(), 10, c.data());
+    tq::wformat::unpack_int4(q.codes.data(), 10, c.data());
     const std::vector<int> expect = {1, 0, 1, -7, 0, 0, 0, 6, 2, -7};
     for (size_t i = 0; i < 10; ++i) CHECK(c[i] == expect[i]);
     REQUIRE(q.lut.size() == 16);
@@ -300,7 +300,7 @@ TEST_CASE("quantize_weight int4 per-tensor and per-channel", "[formats][quant]")
   CHECK(q.scales[0] == 0.125f);
   REQUIRE(q.codes.size() == 3);
   std::vector<int8_t> c(5);
-  tq::fmt::unpack_int4(q.codes.data(), 5, c.data());
+  tq::wformat::unpack_int4(q.codes.data(), 5, c.data());
   const std::vector<int> expect = {7, -4, 0, -7, 2};  // ties: -3.5 -> -4, 0.5 -> 0, 1.5 -> 2
   for (size_t i = 0; i < 5; ++i) CHECK(c[i] == expect[i]);
   CHECK((q.codes[2] >> 4) == 0);
@@ -374,7 +374,7 @@ TEST_CASE("quantize_weight fp8 by hand", "[formats][quant]") {
   CHECK(q.codes[0] == 0x7E);  // 448
   CHECK(q.codes[2] == 0x00);
   CHECK(q.codes[3] == 0x76);  // 224 = 1.75 * 2^7
-  CHECK(q.codes[1] == tq::fmt::fp8_encode(-1.0f / q.scales[0], tq::fmt::Fp8::kE4M3FN));
+  CHECK(q.codes[1] == tq::wformat::fp8_encode(-1.0f / q.scales[0], tq::wformat::Fp8::kE4M3FN));
   CHECK(q.lut.size() == 256);
   check_consistent(q, w);
 }
@@ -445,9 +445,10 @@ TEST_CASE("quantize_weight rejects unsupported combinations", "[formats][quant]"
 
 TEST_CASE("sqnr_db", "[formats][quant]") {
   const std::vector<float> a = {1.0f, -2.0f, 3.0f};
-  CHECK(std::isinf(tq::fmt::sqnr_db(a.data(), a.data(), 3)));
-  CHECK(tq::fmt::sqnr_db(a.data(), a.data(), 3) > 0);
+  CHECK(std::isinf(tq::wformat::sqnr_db(a.data(), a.data(), 3)));
+  CHECK(tq::wformat::sqnr_db(a.data(), a.data(), 3) > 0);
   const std::vector<float> b = {1.0f, -2.0f, 3.1f};
   // signal 14, noise 0.01 -> 10 log10(1400)
-  CHECK(tq::fmt::sqnr_db(a.data(), b.data(), 3) == Approx(10.0 * std::log10(1400.0)).epsilon(1e-5));
+  CHECK(tq::wformat::sqnr_db(a.data(), b.data(), 3) ==
+        Approx(10.0 * std::log10(1400.0)).epsilon(1e-5));
 }

@@ -31,7 +31,7 @@ namespace tq {
 
 class CalibrationData;
 class TimingCache;
-namespace fmt {
+namespace wformat {
 struct QuantizedWeight;
 }
 
@@ -158,7 +158,7 @@ class QuantizeContext {
   // backend quantizes: the quantized weight of a layer, which
   // quantize_planned_weight returns instead of rounding to nearest, and
   // what each algorithm did to each layer (merged into its LayerResult).
-  std::map<std::string, std::shared_ptr<const fmt::QuantizedWeight>> weight_overrides;
+  std::map<std::string, std::shared_ptr<const wformat::QuantizedWeight>> weight_overrides;
   std::map<std::string, nlohmann::json> algorithm_facts;
 
   // The run's timing cache (set by run_quantize; may be null elsewhere):

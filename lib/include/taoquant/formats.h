@@ -11,7 +11,7 @@
 #include "taoquant/enums.h"
 #include "taoquant/sqnr.h"
 
-namespace tq::fmt {
+namespace tq::wformat {
 
 enum class Fp8 { kE4M3FN, kE5M2 };
 
@@ -102,4 +102,4 @@ class WeightGrid {
 // 10*log10(sum(ref^2) / sum((ref-x)^2)); +inf when equal (sqnr.h).
 using ::tq::sqnr_db;
 
-}  // namespace tq::fmt
+}  // namespace tq::wformat

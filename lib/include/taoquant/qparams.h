@@ -53,17 +53,18 @@ QParams apply_constraints(const QParams& qp, const QParamConstraints& c);
 // Backends can assert on this in their tests.
 std::vector<std::string> constraint_violations(const QParams& qp, const QParamConstraints& c);
 
-// fmt::quantize_weight() followed by the constraints: the scales (and zero
+// wformat::quantize_weight() followed by the constraints: the scales (and zero
 // points) are constrained and the tensor is quantized again with them, so
 // codes, dequantized values and SQNR match the constrained scales. With no
-// active constraint this is exactly fmt::quantize_weight(). UsageError when
+// active constraint this is exactly wformat::quantize_weight(). UsageError when
 // the format is asymmetric and the constraints require symmetric.
-fmt::QuantizedWeight quantize_weight_constrained(const float* w, const std::vector<int64_t>& shape,
-                                                 const fmt::WeightFormat& f,
-                                                 const QParamConstraints& c);
+wformat::QuantizedWeight quantize_weight_constrained(const float* w,
+                                                     const std::vector<int64_t>& shape,
+                                                     const wformat::WeightFormat& f,
+                                                     const QParamConstraints& c);
 
-// The integer range of a weight format as fmt::quantize_weight() uses it
+// The integer range of a weight format as wformat::quantize_weight() uses it
 // (symmetric int8 is [-127, 127]); false for float8.
-bool weight_code_range(const fmt::WeightFormat& f, int& qmin, int& qmax);
+bool weight_code_range(const wformat::WeightFormat& f, int& qmin, int& qmax);
 
 }  // namespace tq

@@ -56,7 +56,7 @@ void accumulate_hessian(const LayerGeometry& g, const at::Tensor& x, at::Tensor&
 // Every value is rounded on `grid` (the qparams of the nearest rounding).
 // Returns the rounded values in the weight's order.
 std::vector<float> gptq_round(const at::Tensor& weight, const at::Tensor& h,
-                              const fmt::WeightGrid& grid, const GptqSettings& s);
+                              const wformat::WeightGrid& grid, const GptqSettings& s);
 
 // Empirical bias correction: the shift to add to the bias so that the
 // layer's mean output over the calibration data is unchanged by weight

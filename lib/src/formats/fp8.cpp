@@ -4,7 +4,7 @@
 #include "formats/fp8_impl.h"
 #include "taoquant/formats.h"
 
-namespace tq::fmt {
+namespace tq::wformat {
 namespace {
 
 using detail::bits_float;
@@ -79,4 +79,4 @@ void unpack_int4(const uint8_t* packed, size_t n, int8_t* out) {
   }
 }
 
-}  // namespace tq::fmt
+}  // namespace tq::wformat

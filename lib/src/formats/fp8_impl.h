@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace tq::fmt::detail {
+namespace tq::wformat::detail {
 
 struct E4M3Traits {
   static constexpr int kManBits = 3;
@@ -91,4 +91,4 @@ inline uint8_t encode_fp8(float x) {
   return static_cast<uint8_t>(sign | mag);
 }
 
-}  // namespace tq::fmt::detail
+}  // namespace tq::wformat::detail

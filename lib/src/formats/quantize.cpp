@@ -17,7 +17,7 @@
 #include "taoquant/error.h"
 #include "taoquant/formats.h"
 
-namespace tq::fmt {
+namespace tq::wformat {
 namespace {
 
 // Round to nearest, ties to even, for |v| <= 2^22: adding 1.5 * 2^23 leaves
@@ -459,4 +459,4 @@ float WeightGrid::nearest(size_t flat, float v) const {
   return dq;
 }
 
-}  // namespace tq::fmt
+}  // namespace tq::wformat

@@ -188,7 +188,7 @@ std::vector<std::string> constraint_violations(const QParams& q, const QParamCon
   return out;
 }
 
-bool weight_code_range(const fmt::WeightFormat& f, int& qmin, int& qmax) {
+bool weight_code_range(const wformat::WeightFormat& f, int& qmin, int& qmax) {
   switch (f.dtype) {
     case DType::kInt8:
       qmin = f.symmetric ? -127 : -128;
@@ -211,11 +211,11 @@ namespace {
 
 // Quantizes `w` again into `q` (same layout) with the scales and zero points
 // of `cq`.
-void requantize(const float* w, fmt::QuantizedWeight& q, const QParams& cq) {
+void requantize(const float* w, wformat::QuantizedWeight& q, const QParams& cq) {
   const auto& f = q.format;
   const bool integer = integer_dtype(f.dtype);
   const bool int4 = f.dtype == DType::kInt4;
-  const fmt::Fp8 fp8 = f.dtype == DType::kFp8E5M2 ? fmt::Fp8::kE5M2 : fmt::Fp8::kE4M3FN;
+  const wformat::Fp8 fp8 = f.dtype == DType::kFp8E5M2 ? wformat::Fp8::kE5M2 : wformat::Fp8::kE4M3FN;
   size_t numel = 1;
   for (auto d : q.shape) numel *= static_cast<size_t>(d);
 
@@ -262,31 +262,32 @@ void requantize(const float* w, fmt::QuantizedWeight& q, const QParams& cq) {
       const float lo = static_cast<float>(cq.quant_min - zps[slice]);
       const float hi = static_cast<float>(cq.quant_max - zps[slice]);
       const float v = std::min(std::max(w[e] / s, lo), hi);
-      const float r = std::nearbyint(v);  // ties to even, as fmt::quantize_weight
+      const float r = std::nearbyint(v);  // ties to even, as wformat::quantize_weight
       put(pos, static_cast<int>(r) + zps[slice]);
       q.dequant[e] = r * s;
     } else {
-      const uint8_t code = fmt::fp8_encode(w[e] / s, fp8);
+      const uint8_t code = wformat::fp8_encode(w[e] / s, fp8);
       put(pos, code);
-      q.dequant[e] = fmt::fp8_decode(code, fp8) * s;
+      q.dequant[e] = wformat::fp8_decode(code, fp8) * s;
     }
   }
   if (int4) {
     q.codes.assign((code_elems + 1) / 2, 0);
-    fmt::pack_int4(nibbles.data(), code_elems, q.codes.data());
+    wformat::pack_int4(nibbles.data(), code_elems, q.codes.data());
   }
   q.scales = cq.scale;
   if (!q.zero_points.empty())
     for (size_t i = 0; i < q.zero_points.size(); ++i) q.zero_points[i] = static_cast<float>(zps[i]);
-  q.sqnr_db = fmt::sqnr_db(w, q.dequant.data(), numel);
+  q.sqnr_db = wformat::sqnr_db(w, q.dequant.data(), numel);
 }
 
 }  // namespace
 
-fmt::QuantizedWeight quantize_weight_constrained(const float* w, const std::vector<int64_t>& shape,
-                                                 const fmt::WeightFormat& f,
-                                                 const QParamConstraints& c) {
-  auto q = fmt::quantize_weight(w, shape, f);
+wformat::QuantizedWeight quantize_weight_constrained(const float* w,
+                                                     const std::vector<int64_t>& shape,
+                                                     const wformat::WeightFormat& f,
+                                                     const QParamConstraints& c) {
+  auto q = wformat::quantize_weight(w, shape, f);
   if (!constraints_active(c)) return q;
   if (c.symmetric_only && !f.symmetric)
     throw UsageError("quantize_weight: the backend supports symmetric quantization only, but " +

@@ -9,8 +9,8 @@
 
 namespace tq {
 
-fmt::WeightFormat weight_format_of(const TensorQuant& t) {
-  fmt::WeightFormat f;
+wformat::WeightFormat weight_format_of(const TensorQuant& t) {
+  wformat::WeightFormat f;
   f.dtype = t.dtype;
   f.granularity = t.granularity;
   f.axis = t.axis;
@@ -26,11 +26,12 @@ std::vector<float> read_weight(const torch::jit::Module& layer, std::vector<int6
   return std::vector<float>(p, p + w.numel());
 }
 
-fmt::QuantizedWeight quantize_layer_weight(const torch::jit::Module& model, const LayerPlan& lp) {
+wformat::QuantizedWeight quantize_layer_weight(const torch::jit::Module& model,
+                                               const LayerPlan& lp) {
   auto layer = find_submodule(model, lp.info.name);
   std::vector<int64_t> shape;
   auto w = read_weight(layer, &shape);
-  return fmt::quantize_weight(w.data(), shape, weight_format_of(lp.weights));
+  return wformat::quantize_weight(w.data(), shape, weight_format_of(lp.weights));
 }
 
 void set_weight_values(torch::jit::Module& layer, const std::vector<float>& values) {
@@ -42,7 +43,7 @@ void set_weight_values(torch::jit::Module& layer, const std::vector<float>& valu
   layer.setattr("weight", t);
 }
 
-LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight& q,
+LayerResult weight_layer_result(const LayerPlan& lp, const wformat::QuantizedWeight& q,
                                 size_t bytes_before, size_t bytes_after) {
   LayerResult r;
   r.name = lp.info.name;
@@ -73,25 +74,27 @@ LayerResult weight_layer_result(const LayerPlan& lp, const fmt::QuantizedWeight&
 
 namespace tq {
 
-fmt::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
-                                             const torch::jit::Module& model, const LayerPlan& lp) {
+wformat::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
+                                                 const torch::jit::Module& model,
+                                                 const LayerPlan& lp) {
   auto o = ctx.weight_overrides.find(lp.info.name);
   if (o != ctx.weight_overrides.end() && o->second) return *o->second;
   return round_planned_weight(ctx, model, lp);
 }
 
-fmt::QuantizedWeight round_planned_values(const QuantizeContext& ctx, const LayerPlan& lp,
-                                          const std::vector<float>& values,
-                                          const std::vector<int64_t>& shape) {
+wformat::QuantizedWeight round_planned_values(const QuantizeContext& ctx, const LayerPlan& lp,
+                                              const std::vector<float>& values,
+                                              const std::vector<int64_t>& shape) {
   const BackendInfo* backend = BackendRegistry::instance().find(ctx.plan.backend_resolved);
   if (!backend || !constraints_active(backend->caps.constraints))
-    return fmt::quantize_weight(values.data(), shape, weight_format_of(lp.weights));
+    return wformat::quantize_weight(values.data(), shape, weight_format_of(lp.weights));
   return quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights),
                                      backend->caps.constraints);
 }
 
-fmt::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,
-                                          const torch::jit::Module& model, const LayerPlan& lp) {
+wformat::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,
+                                              const torch::jit::Module& model,
+                                              const LayerPlan& lp) {
   std::vector<int64_t> shape;
   auto values = read_weight(find_submodule(model, lp.info.name), &shape);
   return round_planned_values(ctx, lp, values, shape);
@@ -107,7 +110,7 @@ void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {
       continue;
     }
     // The backend's declared qparam constraints apply to the scales computed here.
-    fmt::QuantizedWeight q = quantize_planned_weight(ctx, ctx.model, lp);
+    wformat::QuantizedWeight q = quantize_planned_weight(ctx, ctx.model, lp);
     std::string note;
     size_t after = store(lp, q, note);
     auto r = weight_layer_result(lp, q, before, after);

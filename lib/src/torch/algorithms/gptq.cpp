@@ -45,7 +45,7 @@ at::Tensor inverse_factor(at::Tensor h, double damp) {
 // scaled errors [rows, i2 - i1] for the lazy update of the columns after it.
 at::Tensor round_block(at::Tensor& w, const at::Tensor& u, int64_t i1, int64_t i2,
                        const std::vector<int64_t>& col_index, int64_t row0, int64_t K_full,
-                       const fmt::WeightGrid& grid) {
+                       const wformat::WeightGrid& grid) {
   const int64_t rows = w.size(0), K = w.size(1), n = i2 - i1;
   at::Tensor err = at::zeros({rows, n}, at::kDouble);
   double* W = w.data_ptr<double>();
@@ -70,7 +70,7 @@ at::Tensor round_block(at::Tensor& w, const at::Tensor& u, int64_t i1, int64_t i
 
 // GPTQ on one group of rows [row0, row0 + w.size(0)) with its Hessian.
 void gptq_group(at::Tensor& w, at::Tensor h, int64_t row0, int64_t K_full,
-                const fmt::WeightGrid& grid, const GptqSettings& s) {
+                const wformat::WeightGrid& grid, const GptqSettings& s) {
   const int64_t K = w.size(1);
   std::vector<int64_t> order(static_cast<size_t>(K));
   for (int64_t k = 0; k < K; ++k) order[static_cast<size_t>(k)] = k;
@@ -96,7 +96,7 @@ void gptq_group(at::Tensor& w, at::Tensor h, int64_t row0, int64_t K_full,
 }  // namespace
 
 std::vector<float> gptq_round(const at::Tensor& weight, const at::Tensor& h,
-                              const fmt::WeightGrid& grid, const GptqSettings& s) {
+                              const wformat::WeightGrid& grid, const GptqSettings& s) {
   const int64_t rows = weight.size(0);
   const int64_t K = weight.numel() / std::max<int64_t>(rows, 1);
   const int64_t groups = h.size(0);

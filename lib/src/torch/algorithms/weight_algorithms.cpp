@@ -116,7 +116,7 @@ double output_energy(const at::Tensor& w2d, const at::Tensor& h) {
   return e;
 }
 
-at::Tensor values_of(const fmt::QuantizedWeight& q, const at::Tensor& like) {
+at::Tensor values_of(const wformat::QuantizedWeight& q, const at::Tensor& like) {
   return at::from_blob(const_cast<float*>(q.dequant.data()), like.sizes(), at::kFloat).clone();
 }
 
@@ -127,8 +127,8 @@ namespace {
 // What the layer's result is: GPTQ's rounding (else nearest) and the bias
 // shift; facts on the calibration data (GPTQ) and on the held-out batch.
 struct Outcome {
-  std::shared_ptr<const fmt::QuantizedWeight> rounded;  // set by GPTQ
-  at::Tensor bias_shift;                                // set by bias correction
+  std::shared_ptr<const wformat::QuantizedWeight> rounded;  // set by GPTQ
+  at::Tensor bias_shift;                                    // set by bias correction
 };
 
 // Where the shift goes: the layer's bias, else the running mean of the
@@ -158,10 +158,10 @@ void apply_bias_shift(QuantizeContext& ctx, const Job& j, const at::Tensor& shif
 // (each column's input energy). At 4 bits, clipping a channel's few largest
 // weights often costs less than coarse steps for all the others (the grid
 // search of GPTQ's reference code, weighted as GPTQ's objective is).
-fmt::QuantizedWeight searched_grid(const fmt::QuantizedWeight& nearest, const at::Tensor& w,
-                                   const at::Tensor& h) {
-  fmt::QuantizedWeight trial = nearest;
-  const fmt::WeightGrid grid(trial);  // reads trial's scales as they change
+wformat::QuantizedWeight searched_grid(const wformat::QuantizedWeight& nearest, const at::Tensor& w,
+                                       const at::Tensor& h) {
+  wformat::QuantizedWeight trial = nearest;
+  const wformat::WeightGrid grid(trial);  // reads trial's scales as they change
   const int64_t rows = w.size(0), K = w.numel() / std::max<int64_t>(rows, 1);
   const int64_t per = rows / std::max<int64_t>(h.size(0), 1);
   const at::Tensor diag = h.diagonal(0, 1, 2).to(at::kDouble).contiguous();  // [groups, K]
@@ -191,23 +191,23 @@ Outcome run_job(QuantizeContext& ctx, Job& j) {
   const LayerPlan& lp = *j.lp;
   auto layer = find_submodule(ctx.model, lp.info.name);
   const at::Tensor w = layer.attr("weight").toTensor().detach().to(at::kFloat).contiguous();
-  const fmt::QuantizedWeight nearest = round_planned_weight(ctx, ctx.model, lp);
+  const wformat::QuantizedWeight nearest = round_planned_weight(ctx, ctx.model, lp);
   Outcome out;
-  const fmt::QuantizedWeight* q = &nearest;
+  const wformat::QuantizedWeight* q = &nearest;
   if (j.gptq) {
     const auto t0 = Clock::now();
-    const fmt::QuantizedWeight scales =
+    const wformat::QuantizedWeight scales =
         ctx.plan.algorithms.gptq.scale_search ? searched_grid(nearest, w, j.h) : nearest;
-    const fmt::WeightGrid grid(scales);
+    const wformat::WeightGrid grid(scales);
     auto values = gptq_round(w, j.h, grid, ctx.plan.algorithms.gptq);
-    auto rounded = fmt::quantize_weight_with(values.data(), scales);
+    auto rounded = wformat::quantize_weight_with(values.data(), scales);
     // Its SQNR against the original weights (the values GPTQ rounded are on the grid).
     rounded.sqnr_db = sqnr_db(w.data_ptr<float>(), rounded.dequant.data(), rounded.dequant.size());
-    out.rounded = std::make_shared<const fmt::QuantizedWeight>(std::move(rounded));
+    out.rounded = std::make_shared<const wformat::QuantizedWeight>(std::move(rounded));
     q = out.rounded.get();
     const at::Tensor w2d = w.reshape({w.size(0), -1}).to(at::kDouble);
     const double signal = output_energy(w2d, j.h);
-    auto noise = [&](const fmt::QuantizedWeight& r) {
+    auto noise = [&](const wformat::QuantizedWeight& r) {
       return output_energy(values_of(r, w).reshape({w.size(0), -1}).to(at::kDouble) - w2d, j.h);
     };
     j.facts["gptq"] = {{"seconds", seconds_since(t0)},

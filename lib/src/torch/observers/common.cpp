@@ -23,8 +23,8 @@ std::string num_str(double v) {
   return os.str();
 }
 
-fmt::Fp8 fp8_of(DType d) {
-  return d == DType::kFp8E5M2 ? fmt::Fp8::kE5M2 : fmt::Fp8::kE4M3FN;
+wformat::Fp8 fp8_of(DType d) {
+  return d == DType::kFp8E5M2 ? wformat::Fp8::kE5M2 : wformat::Fp8::kE4M3FN;
 }
 
 }  // namespace
@@ -203,8 +203,8 @@ std::vector<double> grid_levels(float t, float obs_lo, float obs_hi, const Obser
   if (!(t > 0)) return levels;
   if (dtype_traits(cfg.dtype).is_float8) {
     auto f = fp8_of(cfg.dtype);
-    const auto& table = fmt::fp8_table(f);
-    double k = double(t) / fmt::fp8_max(f);
+    const auto& table = wformat::fp8_table(f);
+    double k = double(t) / wformat::fp8_max(f);
     for (int code = 1; code < 0x80; ++code)
       if (std::isfinite(table[code])) levels.push_back(table[code] * k);
     std::sort(levels.begin(), levels.end());

@@ -30,8 +30,8 @@ void quant_range(DType dtype, bool reduce_range, int& qmin, int& qmax) {
     case DType::kFp8E4M3:
     case DType::kFp8E5M2: {
       // Not an integer grid: the largest finite magnitude, for reports.
-      auto f = dtype == DType::kFp8E5M2 ? fmt::Fp8::kE5M2 : fmt::Fp8::kE4M3FN;
-      qmax = int(fmt::fp8_max(f));
+      auto f = dtype == DType::kFp8E5M2 ? wformat::Fp8::kE5M2 : wformat::Fp8::kE4M3FN;
+      qmax = int(wformat::fp8_max(f));
       qmin = -qmax;
       return;
     }

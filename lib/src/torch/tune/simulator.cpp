@@ -44,12 +44,12 @@ at::Tensor fake_quant(const at::Tensor& x, const ActQuant& a) {
     return at::fake_quantize_per_tensor_affine(x, q.scale.at(0), q.zero_point.at(0), q.quant_min,
                                                q.quant_max);
   // fp8: x / scale rounded to the format's grid (saturating), times scale.
-  const auto f = a.dtype == DType::kFp8E5M2 ? fmt::Fp8::kE5M2 : fmt::Fp8::kE4M3FN;
+  const auto f = a.dtype == DType::kFp8E5M2 ? wformat::Fp8::kE5M2 : wformat::Fp8::kE4M3FN;
   at::Tensor y = x.contiguous().to(at::kFloat).clone();
   float* p = y.data_ptr<float>();
-  const float s = q.scale.at(0), fmax = fmt::fp8_max(f);
+  const float s = q.scale.at(0), fmax = wformat::fp8_max(f);
   for (int64_t i = 0; i < y.numel(); ++i)
-    p[i] = fmt::fp8_decode(fmt::fp8_encode(std::clamp(p[i] / s, -fmax, fmax), f), f) * s;
+    p[i] = wformat::fp8_decode(wformat::fp8_encode(std::clamp(p[i] / s, -fmax, fmax), f), f) * s;
   return y.to(x.scalar_type());
 }
 
@@ -91,18 +91,19 @@ struct Simulator::Impl {
   std::vector<const LayerPlan*> plans;      // per simulated layer
   std::vector<torch::jit::Module> modules;  // per simulated layer
   std::vector<at::Tensor> float_weights;    // per simulated layer
-  std::map<std::pair<size_t, DType>, fmt::QuantizedWeight> rounded;
+  std::map<std::pair<size_t, DType>, wformat::QuantizedWeight> rounded;
   std::vector<std::optional<ActQuant>> acts;  // per simulated layer
   SimState state;
 
-  const fmt::QuantizedWeight& rounded_weight(size_t i, DType format) {
+  const wformat::QuantizedWeight& rounded_weight(size_t i, DType format) {
     auto key = std::make_pair(i, format);
     auto it = rounded.find(key);
     if (it != rounded.end()) return it->second;
     const at::Tensor w = float_weights[i].to(at::kFloat).contiguous();
     const std::vector<int64_t> shape(w.sizes().begin(), w.sizes().end());
     const auto f = weight_format_of(weight_setting(*plans[i], format));
-    return rounded.emplace(key, fmt::quantize_weight(w.data_ptr<float>(), shape, f)).first->second;
+    return rounded.emplace(key, wformat::quantize_weight(w.data_ptr<float>(), shape, f))
+        .first->second;
   }
 
   void tap(const std::vector<SimLayer>& layers) {
