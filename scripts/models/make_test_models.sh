@@ -38,7 +38,7 @@ if [[ $# -gt 0 ]]; then shift; fi
 PARTS=("$@")
 if [[ ${#PARTS[@]} -eq 0 ]]; then PARTS=(all); fi
 
-want_fmnist=0 want_tv=0 want_extra=0 want_demo=0
+want_fmnist=0 want_tv=0 want_extra=0 want_demo=0 want_tiny=0
 for part in "${PARTS[@]}"; do
   case "${part}" in
     all) want_fmnist=1 want_tv=1 want_tiny=1 ;;
@@ -47,7 +47,7 @@ for part in "${PARTS[@]}"; do
     demo) want_demo=1 ;;
     tv) want_tv=1 ;;
     extra) want_extra=1 ;;
-    *) echo "make_test_models: unknown part '${part}' (fmnist|demo|tv|extra|all)" >&2; exit 2 ;;
+    *) echo "make_test_models: unknown part '${part}' (fmnist|demo|tv|tiny|extra|all)" >&2; exit 2 ;;
   esac
 done
 
