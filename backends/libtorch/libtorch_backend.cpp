@@ -71,6 +71,15 @@ std::vector<OptionDef> options() {
            {},
            1.0,
            "batch sizes of the never-slower check, measured in ascending order",
+           static_only},
+          {"activation_range",
+           OptionType::kString,
+           "auto",
+           {"auto", "full", "reduced"},
+           std::nullopt,
+           "uint8 activations in 8 bits (full) or 7 (reduced, PyTorch's reduce_range); auto: "
+           "reduced where onednn or fbgemm run on an x86 CPU without VNNI, whose int8 kernels "
+           "saturate 8-bit activations",
            static_only}};
 }
 

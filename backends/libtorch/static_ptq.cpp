@@ -50,6 +50,7 @@ struct StaticSession {
   std::vector<at::Tensor> holdout;
   std::unique_ptr<StepTimer> steps;  // calibrate() through convert()
   bool check_speed = true;           // backend_kwargs.latency_check
+  bool reduce_range = false;         // 7-bit activations (engine.cpp)
   std::vector<int64_t> latency_batch_sizes = {1, 32};
   std::set<std::string> keep_float;            // layers kept float by the speed check
   std::map<std::string, std::string> reasons;  // layer -> why it stays float
@@ -83,33 +84,6 @@ struct StaticSession {
     return cap;
   }
 };
-
-std::string select_engine(const QuantizeContext& ctx) {
-  const auto& opts = ctx.options();
-#if defined(__aarch64__) || defined(__arm__)
-  std::string engine = "qnnpack";
-#else
-  std::string engine = "onednn";
-#endif
-  if (opts.has("engine")) engine = opts.get_string("engine");
-  const std::vector<std::pair<std::string, at::QEngine>> engines = {
-      {"onednn", at::QEngine::ONEDNN},
-      {"qnnpack", at::QEngine::QNNPACK},
-      {"fbgemm", at::QEngine::FBGEMM}};
-  std::vector<std::string> supported;
-  for (const auto& [name, e] : engines) {
-    const auto& sup = at::globalContext().supportedQEngines();
-    if (std::find(sup.begin(), sup.end(), e) == sup.end()) continue;
-    supported.push_back(name);
-    if (name == engine) {
-      at::globalContext().setQEngine(e);
-      return engine;
-    }
-  }
-  throw SpecError(opts.loc("engine"), BackendOptions::key("engine") + ": '" + engine +
-                                          "' is not available in this LibTorch (available: " +
-                                          join(supported) + ")" + did_you_mean(engine, supported));
-}
 
 // Weights: minmax unless a `layers` rule names an observer.
 ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp) {
@@ -187,11 +161,12 @@ Module finish_quantized(Module q, QuantType qt) {
 
 namespace {
 
-ObserverTemplate act_template(const Plan& plan, const TensorQuant* t) {
+ObserverTemplate act_template(const Plan& plan, const TensorQuant* t, bool reduce_range) {
   ObserverTemplate a;
   a.observer = t ? t->observer : plan.algorithm;
   a.cfg.dtype = DType::kUInt8;  // quint8 activations: what onednn/qnnpack kernels take
   a.cfg.symmetric = false;
+  a.cfg.reduce_range = reduce_range;
   if (t) a.cfg.kwargs = t->observer_kwargs;
   a.loc = t ? t->loc : plan.algorithm_loc;
   return a;
@@ -224,14 +199,16 @@ jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {
       qd[lp.info.name] = std::nullopt;
       continue;
     }
-    all.push_back({act_template(plan, &lp.activations), weight_template(plan, &lp)});
+    all.push_back(
+        {act_template(plan, &lp.activations, s.reduce_range), weight_template(plan, &lp)});
     layers.emplace_back(&lp, all.back());
   }
   // Layers with the most common settings share the root qconfig: per-layer
   // entries would give instances of one TorchScript type different
   // observers, which LibTorch's pass cannot express (ptq_common.h).
-  const Settings root =
-      most_common(all, same, Settings{act_template(plan, nullptr), weight_template(plan, nullptr)});
+  const Settings root = most_common(
+      all, same,
+      Settings{act_template(plan, nullptr, s.reduce_range), weight_template(plan, nullptr)});
   auto module_of = [&](const ObserverTemplate& t) {
     return table.make_module(table.add_template(t));
   };
@@ -299,7 +276,14 @@ std::shared_ptr<StaticSession> calibrate_static(QuantizeContext& ctx, Calibratio
   s.data = &data;
   s.steps = std::make_unique<StepTimer>("static_ptq");
   auto step = [&](const char* what) { s.steps->step(what); };
-  ctx.backend_meta["engine"] = select_engine(ctx);
+  const std::string engine = select_engine(ctx);
+  ctx.backend_meta["engine"] = engine;
+  const ActivationRange range = activation_range(ctx, engine);
+  s.reduce_range = range.reduced;
+  ctx.backend_meta["activation_range"] = range.why;
+  if (range.reduced && !ctx.options().given("activation_range"))
+    ctx.warn("backend 'libtorch' static_ptq: activations " + range.why +
+             "; backend_kwargs.activation_range: full for an artifact meant for VNNI CPUs");
   s.check_speed = ctx.options().get_bool("latency_check");
   s.latency_batch_sizes = ctx.options().get_int_list("latency_batch_sizes");
 

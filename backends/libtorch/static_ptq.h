@@ -28,6 +28,18 @@ void quantize_dynamic(QuantizeContext& ctx);
 
 // The quantized engine named by backend_kwargs.engine (default: onednn on
 // x86, qnnpack on ARM); sets it for this process and returns its name.
-std::string select_engine(const QuantizeContext& ctx);
+std::string select_engine(const QuantizeContext& ctx);  // engine.cpp
+
+// Whether the CPU has VNNI (AVX512_VNNI or AVX_VNNI); true off x86.
+bool cpu_has_vnni();
+
+// The range static uint8 activations are observed in: 7-bit (PyTorch's
+// reduce_range) where the engine's int8 kernels would saturate 8-bit ones on
+// this CPU, or as backend_kwargs.activation_range says.
+struct ActivationRange {
+  bool reduced = false;
+  std::string why;
+};
+ActivationRange activation_range(const QuantizeContext& ctx, const std::string& engine);
 
 }  // namespace tq::libtorch

@@ -211,13 +211,24 @@ TEST_CASE("tune: tuned_spec.yaml reproduces the artifact byte for byte", "[cli][
     CHECK(!fs::exists(out / ".tune"));
     const json rep = tqtest::read_json((out / "quantize_report.json").string());
     if (std::string(c.model) == "cnn_outlier.pt") {
-      // conv2 (the outlier's layer) is the one the search keeps float (the
-      // never-slower check may keep more: that depends on the machine).
+      // conv2 (the outlier's layer) is the one the search keeps float. Which
+      // other layers stay float depends on the machine (the never-slower
+      // check, the activation range its kernels need) and on the training
+      // run: the tuned spec must say exactly what the result says.
       const std::string yaml = bytes_of(out / "tuned_spec.yaml");
       CHECK_THAT(yaml, Contains("\n    - \"features.conv2\"\n"));
-      CHECK_THAT(yaml, Contains("{module_name: \"classifier.fc1\", weights: {dtype: \"int8\""));
       CHECK_THAT(yaml, Contains("timing_cache: "));
-      CHECK(rep["tune"]["result"]["formats"]["features.conv2"] == "native");
+      const json& formats = rep["tune"]["result"]["formats"];
+      CHECK(formats["features.conv2"] == "native");
+      REQUIRE(formats.size() == 4);
+      for (const auto& [name, f] : formats.items()) {
+        INFO(name << ": " << f);
+        if (f == "native")
+          CHECK_THAT(yaml, Contains("\n    - \"" + name + "\"\n"));
+        else
+          CHECK_THAT(yaml, Contains("{module_name: \"" + name + "\", weights: {dtype: \"" +
+                                    f.get<std::string>() + "\""));
+      }
     }
     r = tao("quantize -e " + tqtest::quote((out / "tuned_spec.yaml").string()));
     INFO(r.out);

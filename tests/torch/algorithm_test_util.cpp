@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,20 @@ double fmnist_agreement(const std::string& float_model, const std::string& artif
                   n += labels.size(0);
                 });
   return 100.0 * double(same) / double(n);
+}
+
+bool PairedFlips::b_worse() const {
+  return double(only_a - only_b) > 2.0 * std::sqrt(double(only_a + only_b));
+}
+
+PairedFlips fmnist_paired_flips(const std::string& a, const std::string& b) {
+  PairedFlips f;
+  over_test_set({a, b}, [&](const std::vector<at::Tensor>& p, const at::Tensor& labels) {
+    const at::Tensor ra = p[0] == labels, rb = p[1] == labels;
+    f.only_a += (ra & ~rb).sum().item<int64_t>();
+    f.only_b += (rb & ~ra).sum().item<int64_t>();
+  });
+  return f;
 }
 
 }  // namespace tq::test

@@ -30,4 +30,17 @@ double fmnist_top1(const std::string& path);
 // this says which of two artifacts is closer to the model they quantize.
 double fmnist_agreement(const std::string& float_model, const std::string& artifact);
 
+// The images of the 10k test set that exactly one of two artifacts gets
+// right: `only_a` of them A gets right, `only_b` B.
+struct PairedFlips {
+  int64_t only_a = 0, only_b = 0;
+  // Whether B is worse than A beyond the noise of paired flips: a one-sided
+  // sign test at about the 2.5 % level (B's deficit above twice its standard
+  // deviation under "A and B are as good", sqrt(only_a + only_b)). Close to
+  // float, top-1 moves by a few images either way with every training run;
+  // a method that really loses accuracy loses many more.
+  bool b_worse() const;
+};
+PairedFlips fmnist_paired_flips(const std::string& a, const std::string& b);
+
 }  // namespace tq::test

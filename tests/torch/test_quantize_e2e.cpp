@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "taoquant/backend.h"
@@ -340,7 +341,10 @@ TEST_CASE("static int8 specializes branching graphs: TransformerEncoder, Efficie
           "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  default_layer_dtype: int8\n"
           "  default_activation_dtype: uint8\n  model_path: " +
           kModels + "/tiny/" + c.model +
-          "\n  backend_kwargs: {latency_check: false}\n"
+          // qnnpack: exact 8-bit kernels on every CPU (onednn without VNNI
+          // needs 7-bit activations, which these random-weight nets do not
+          // survive: 0.7 dB for EfficientNet-B0, 8.0 dB in 8 bits).
+          "\n  backend_kwargs: {latency_check: false, engine: qnnpack}\n"
           "dataset:\n  quant_calibration_dataset:\n    data_file: " +
           kModels + "/tiny/" + c.data + "\n    batch_size: 8\n");
       auto q = torch::jit::load(out.artifact_path);
@@ -515,9 +519,51 @@ TEST_CASE("static int8: bad never-slower options and data that does not fit",
          "latency_check: expected true or false");
   expect(static_spec(dir, cnn, kCalib, "{latency_chek: false}"), tq::ExitCode::kUsage,
          "quantize.backend_kwargs.latency_chek: unknown key for backend 'libtorch' (accepted: "
-         "engine, latency_check, latency_batch_sizes) (did you mean 'latency_check'?)");
+         "engine, latency_check, latency_batch_sizes, activation_range) (did you mean "
+         "'latency_check'?)");
   // 224x224 RGB images for a 28x28 grayscale model: the first pass over the
   // data names the shape and the model's first layer.
   expect(static_spec(dir, cnn, kModels + "/tv/imagenet_rand_n8_224.npz"), tq::ExitCode::kRuntime,
          "calibration data shape [1,3,224,224] does not fit the model's input (first layer");
+}
+
+TEST_CASE("static int8: activation_range full observes 8-bit activations, reduced 7-bit",
+          "[e2e][static]") {
+  // Without VNNI, onednn's int8 convolutions saturate 8-bit activations
+  // (scripts/bench/int8_kernel_exactness.py); `auto` then picks 7 bits.
+  std::map<std::string, nlohmann::json> reports;
+  for (const std::string range : {"full", "reduced"}) {
+    auto out =
+        quantize("results_dir: " + tmpdir("range_" + range) +
+                 "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n"
+                 "  default_layer_dtype: int8\n  default_activation_dtype: uint8\n"
+                 "  model_path: " +
+                 kCnn + "\n  backend_kwargs: {latency_check: false, activation_range: " + range +
+                 "}\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
+                 "/fmnist/calib.npz\n    batch_size: 64\n    max_batches: 2\n");
+    const auto& meta = out.report["backend"]["meta"];
+    CHECK(meta["activation_range"].get<std::string>().rfind(range + ":", 0) == 0);
+    reports[range] = out.report;
+  }
+  // The same min-max range over 255 or 127 steps, layer by layer.
+  size_t compared = 0;
+  for (size_t i = 0; i < reports["full"]["layers"].size(); ++i) {
+    const auto& f = reports["full"]["layers"][i];
+    const auto& r = reports["reduced"]["layers"][i];
+    if (!f.contains("activation") || !r.contains("activation")) continue;
+    INFO(f["name"]);
+    const auto& fa = f["activation"];
+    const auto& ra = r["activation"];
+    const double span = fa["max"].get<double>() - fa["min"].get<double>();
+    CHECK(fa["scale"].get<double>() == Approx(span / 255).epsilon(1e-3));
+    CHECK(ra["scale"].get<double>() == Approx(span / 127).epsilon(1e-3));
+    ++compared;
+  }
+  CHECK(compared == 4);
+  // An unknown value is a spec error at its key, with the accepted values.
+  CHECK_THROWS_WITH(
+      quantize("results_dir: " + tmpdir("range_bad") +
+               "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  model_path: " + kCnn +
+               "\n  backend_kwargs: {activation_range: halff}\n"),
+      Catch::Contains("activation_range") && Catch::Contains("full, reduced"));
 }

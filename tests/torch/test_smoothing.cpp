@@ -134,8 +134,9 @@ TEST_CASE("static int8 on the ViT with outlier channels: SmoothQuant recovers, n
     const double s = tq::test::fmnist_top1(sq.artifact_path);
     WARN(name << " static int8: fp32 " << fp32 << ", minmax " << p << ", smoothquant " << s);
     // Without outliers it costs at most a few images (measured -0.05 and
-    // -0.11 pt on two runs' calibrations); with them it must recover.
-    CHECK(s >= p - 0.2);
+    // -0.11 pt on two runs' calibrations): never worse beyond the noise of
+    // paired flips (a sign test); with them it must recover.
+    CHECK_FALSE(tq::test::fmnist_paired_flips(plain.artifact_path, sq.artifact_path).b_worse());
     // 4 blocks: norm1 -> qkv, norm2 -> fc1; norm -> head.
     CHECK(sq.report["calibration"]["algorithms"]["smoothing"]["groups"] == 9);
     if (name == "vit_qkv_outliers") {
@@ -181,7 +182,8 @@ TEST_CASE("weight-only int4 on the ViTs: AWQ and GPTQ never lose to nearest",
     // net's top-1 is not its objective: measured -0.19 pt on the ViT without
     // outliers (docs/benchmarks.md), +1.6 pt with them.
     CHECK(a >= n - 0.5);
-    CHECK(g >= n - 0.1);
+    // Not worse than nearest beyond the noise of paired flips (a sign test).
+    CHECK_FALSE(tq::test::fmnist_paired_flips(near_path, gptq_path).b_worse());
     CHECK(fp32 - g <= 1.0);
     if (fp32 - n > 0.3) CHECK(fp32 - g <= 0.6 * (fp32 - n));
     if (name == "vit_qkv_outliers") CHECK(a - n >= 0.5 * (fp32 - n));

@@ -133,11 +133,11 @@ TEST_CASE("capabilities: spec errors name the key before the model loads", "[cap
       CHECK(e.loc().line == line);
     }
   };
-  expect(
-      "quantize:\n  backend: libtorch\n  mode: static_ptq\n  backend_kwargs: {engin: onednn}\n",
-      "unknown key for backend 'libtorch' (accepted: engine, latency_check, latency_batch_sizes) "
-      "(did you mean 'engine'?)",
-      4);
+  expect("quantize:\n  backend: libtorch\n  mode: static_ptq\n  backend_kwargs: {engin: onednn}\n",
+         "unknown key for backend 'libtorch' (accepted: engine, latency_check, "
+         "latency_batch_sizes, activation_range) "
+         "(did you mean 'engine'?)",
+         4);
   expect("quantize:\n  backend: libtorch\n  backend_kwargs:\n    engine: onedn\n",
          "'onedn' is not one of: onednn, qnnpack, fbgemm (did you mean 'onednn'?)", 4);
   expect("quantize:\n  backend: libtorch\n  backend_kwargs: {latency_check: false}\n",
