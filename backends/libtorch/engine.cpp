@@ -71,8 +71,7 @@ ActivationRange activation_range(const QuantizeContext& ctx, const std::string& 
     return {true, "reduced: 7-bit uint8 (auto: this CPU has no VNNI, where " + engine +
                       "'s uint8 x int8 kernels saturate 8-bit activations)"};
 #endif
-  return {false,
-          "full: 8-bit uint8 (auto: " + engine + (engine == "qnnpack" ? "" : " with VNNI") + ")"};
+  return {false, "full: 8-bit uint8 (auto: " + engine + "'s int8 kernels are exact here)"};
 }
 
 }  // namespace tq::libtorch
