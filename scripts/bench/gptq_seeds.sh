@@ -58,7 +58,8 @@ for s in $seeds; do
   quantize "$model" "$dir/gptq" "  weight_rounding: gptq"
   near="$dir/nearest/quantized_model_libtorch.pth"
   gptq="$dir/gptq/quantized_model_libtorch.pth"
-  read -r fp _ < <("$py" scripts/bench/paired_top1.py "$data/test.npz" "$model" "$model")
+  fp=$("$py" scripts/eval_torch.py "$model" "$data/test.npz" --json |
+    "$py" -c 'import json,sys; print("%.2f" % (100 * json.load(sys.stdin)["top1"]))')
   read -r tn tg on og p < <("$py" scripts/bench/paired_top1.py "$data/test.npz" "$near" "$gptq")
   mapfile -t f < <("$py" scripts/bench/fidelity.py "$model" "$data/test.npz" "$near" "$gptq")
   read -r _ an _ <<< "${f[0]}"
