@@ -29,9 +29,9 @@ std::string select_engine(const QuantizeContext& ctx) {
       {"onednn", at::QEngine::ONEDNN},
       {"qnnpack", at::QEngine::QNNPACK},
       {"fbgemm", at::QEngine::FBGEMM}};
+  const auto& sup = at::globalContext().supportedQEngines();
   std::vector<std::string> supported;
   for (const auto& [name, e] : engines) {
-    const auto& sup = at::globalContext().supportedQEngines();
     if (std::find(sup.begin(), sup.end(), e) == sup.end()) continue;
     supported.push_back(name);
     if (name == engine) {
@@ -58,8 +58,9 @@ bool cpu_has_vnni() {
 
 ActivationRange activation_range(const QuantizeContext& ctx, const std::string& engine) {
   const std::string v = ctx.options().get_string("activation_range");
-  if (v == "full") return {false, "full: 8-bit uint8 (backend_kwargs.activation_range)"};
-  if (v == "reduced") return {true, "reduced: 7-bit uint8 (backend_kwargs.activation_range)"};
+  if (v == "full") return {false, false, "full: 8-bit uint8 (backend_kwargs.activation_range)"};
+  if (v == "reduced")
+    return {true, false, "reduced: 7-bit uint8 (backend_kwargs.activation_range)"};
 #if defined(__x86_64__) || defined(__i386__)
   // oneDNN and FBGEMM multiply uint8 activations by int8 weights with
   // vpmaddubsw where the CPU has no VNNI: pairs of products are summed in
@@ -68,10 +69,11 @@ ActivationRange activation_range(const QuantizeContext& ctx, const std::string& 
   // an AVX2 EPYC; with 7-bit activations 87.13). PyTorch's x86 qconfig uses
   // reduce_range for the same reason.
   if ((engine == "onednn" || engine == "fbgemm") && !cpu_has_vnni())
-    return {true, "reduced: 7-bit uint8 (auto: this CPU has no VNNI, where " + engine +
-                      "'s uint8 x int8 kernels saturate 8-bit activations)"};
+    return {true, true,
+            "reduced: 7-bit uint8 (auto: this CPU has no VNNI, where " + engine +
+                "'s uint8 x int8 kernels saturate 8-bit activations)"};
 #endif
-  return {false, "full: 8-bit uint8 (auto: " + engine + "'s int8 kernels are exact here)"};
+  return {false, true, "full: 8-bit uint8 (auto: " + engine + "'s int8 kernels are exact here)"};
 }
 
 }  // namespace tq::libtorch

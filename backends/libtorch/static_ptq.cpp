@@ -281,7 +281,7 @@ std::shared_ptr<StaticSession> calibrate_static(QuantizeContext& ctx, Calibratio
   const ActivationRange range = activation_range(ctx, engine);
   s.reduce_range = range.reduced;
   ctx.backend_meta["activation_range"] = range.why;
-  if (range.reduced && ctx.options().get_string("activation_range") == "auto")
+  if (range.reduced && range.automatic)
     ctx.warn("backend 'libtorch' static_ptq: activations " + range.why +
              "; backend_kwargs.activation_range: full for an artifact meant for VNNI CPUs");
   s.check_speed = ctx.options().get_bool("latency_check");

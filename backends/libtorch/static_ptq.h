@@ -38,6 +38,7 @@ bool cpu_has_vnni();
 // this CPU, or as backend_kwargs.activation_range says.
 struct ActivationRange {
   bool reduced = false;
+  bool automatic = false;  // chosen by `auto`, not written in the spec
   std::string why;
 };
 ActivationRange activation_range(const QuantizeContext& ctx, const std::string& engine);

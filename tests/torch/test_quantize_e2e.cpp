@@ -533,14 +533,8 @@ TEST_CASE("static int8: activation_range full observes 8-bit activations, reduce
   // (scripts/bench/int8_kernel_exactness.py); `auto` then picks 7 bits.
   std::map<std::string, nlohmann::json> reports;
   for (const std::string range : {"full", "reduced"}) {
-    auto out =
-        quantize("results_dir: " + tmpdir("range_" + range) +
-                 "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n"
-                 "  default_layer_dtype: int8\n  default_activation_dtype: uint8\n"
-                 "  model_path: " +
-                 kCnn + "\n  backend_kwargs: {latency_check: false, activation_range: " + range +
-                 "}\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
-                 "/fmnist/calib.npz\n    batch_size: 64\n    max_batches: 2\n");
+    auto out = quantize(static_spec(tmpdir("range_" + range), kCnn, kCalib,
+                                    "{latency_check: false, activation_range: " + range + "}"));
     const auto& meta = out.report["backend"]["meta"];
     CHECK(meta["activation_range"].get<std::string>().rfind(range + ":", 0) == 0);
     reports[range] = out.report;
@@ -562,8 +556,6 @@ TEST_CASE("static int8: activation_range full observes 8-bit activations, reduce
   CHECK(compared == 4);
   // An unknown value is a spec error at its key, with the accepted values.
   CHECK_THROWS_WITH(
-      quantize("results_dir: " + tmpdir("range_bad") +
-               "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n  model_path: " + kCnn +
-               "\n  backend_kwargs: {activation_range: halff}\n"),
+      quantize(static_spec(tmpdir("range_bad"), kCnn, kCalib, "{activation_range: halff}")),
       Catch::Contains("activation_range") && Catch::Contains("full, reduced"));
 }
