@@ -10,7 +10,7 @@ For each case, on the same machine in one run:
     calibration.algorithms.equalization.seconds for equalization), median of
     --repeats.
 Cases: GPTQ on every layer of torchvision ResNet-18 (int4 per-channel,
-weight-only); equalization + bias correction on torchvision MobileNetV2
+weight-only), sequential (the default) and not; equalization + bias correction on torchvision MobileNetV2
 (int8 per-channel, weight-only). Random weights and random images: the cost
 does not depend on the values.
 
@@ -32,6 +32,8 @@ CLI = os.path.join(ROOT, "build", "bin", "tao-quant")
 CASES = [
     ("GPTQ, every layer, int4 per-channel", "resnet18",
      "  weight_rounding: gptq\n", "int4"),
+    ("GPTQ as above, sequential: false", "resnet18",
+     "  weight_rounding: {method: gptq, sequential: false}\n", "int4"),
     ("equalization + bias correction, int8 per-channel", "mobilenet_v2",
      "  equalization: true\n  bias_correction: true\n", "int8"),
 ]

@@ -183,6 +183,40 @@ def smoothing_ref(model_path):
             "awq": {"losses": losses, "alpha": best / 20}}
 
 
+def sequential_ref():
+    """Sequential GPTQ's target for a grouped, strided, padded conv whose
+    input in the partly rounded model (xq) differs from the float model's
+    (x): V = argmin ||W X - V Xq||^2 + lam ||V - W||^2 per group, with X, Xq
+    the F.unfold columns and lam = damp * mean(diag(Xq Xq^T)), solved as one
+    least-squares problem on the stacked system [Xq^T; sqrt(lam) I] V^T =
+    [(W X)^T; sqrt(lam) W^T] (torch.linalg.lstsq), not from the closed form
+    the C++ code uses. Also the statistics: Xq Xq^T and W (X - Xq) Xq^T."""
+    torch.manual_seed(1)
+    groups, kh, kw, damp = 2, 3, 2, 0.01
+    x = torch.randn(5, 4, 9, 7, dtype=torch.float64)
+    xq = x + 0.1 * torch.randn_like(x) + 0.05  # the incoming error, with a mean
+    w = torch.randn(6, 4 // groups, kh, kw, dtype=torch.float64) * 0.3
+    K = 4 // groups * kh * kw
+
+    def cols(t):
+        c = F.unfold(t, (kh, kw), dilation=1, padding=(1, 0), stride=(2, 1))
+        return c.view(t.shape[0], groups, K, -1).permute(1, 2, 0, 3).reshape(groups, K, -1)
+    cx, cq = cols(x), cols(xq)
+    wg = w.reshape(groups, 6 // groups, K)
+    h = cq @ cq.transpose(1, 2)
+    r = (wg @ (cx - cq)) @ cq.transpose(1, 2)
+    target = []
+    for g in range(groups):
+        lam = damp * float(h[g].diagonal().mean())
+        a = torch.cat([cq[g].t(), lam ** 0.5 * torch.eye(K, dtype=torch.float64)])
+        b = torch.cat([(wg[g] @ cx[g]).t(), lam ** 0.5 * wg[g].t()])
+        target.append(torch.linalg.lstsq(a, b).solution.t())
+    return {"x": x.tolist(), "xq": xq.tolist(), "w": w.tolist(), "groups": groups,
+            "kernel": [kh, kw], "stride": [2, 1], "padding": [1, 0], "dilation": [1, 1],
+            "damp": damp, "h": h.tolist(), "r": r.tolist(),
+            "target": torch.stack(target).reshape(w.shape).tolist()}
+
+
 def main():
     torch.manual_seed(0)
     refs = {"gptq": [], "hessian": [], "bias_correction": []}
@@ -251,6 +285,7 @@ def main():
                                         "corrected": corrected.tolist(),
                                         "input_scale": in_scale, "input_zero_point": in_zp,
                                         "corrected_static": corrected_static.tolist()})
+    refs["sequential"] = sequential_ref()
     refs["equalization"] = equalization_ref(os.path.join(os.path.dirname(sys.argv[1]), "cle.pt"))
     refs["smoothing"] = smoothing_ref(os.path.join(os.path.dirname(sys.argv[1]), "smooth.pt"))
     with open(sys.argv[1], "w") as f:

@@ -118,4 +118,18 @@ PairedFlips fmnist_paired_flips(const std::string& a, const std::string& b) {
   return f;
 }
 
+QuantizeOutcome fmnist_int4(const std::string& model, const std::string& dir,
+                            const std::string& extra) {
+  const std::string data = std::string(TQ_MODELS_DIR) + "/fmnist/calib.npz";
+  const std::string yaml = "results_dir: " + dir +
+                           "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
+                           "  default_layer_dtype: int4\n  model_path: " +
+                           model +
+                           "\n  layers:\n    - module_name: '*'\n"
+                           "      weights: {dtype: int4, granularity: per_channel}\n" +
+                           extra + "dataset:\n  quant_calibration_dataset:\n    data_file: " +
+                           data + "\n    batch_size: 64\n";
+  return run_quantize(parse_spec_text(yaml, "<test>"));
+}
+
 }  // namespace tq::test

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "taoquant/pipeline.h"
+
 namespace tq::test {
 
 // A fresh folder under the temporary directory, unique to this process.
@@ -42,5 +44,11 @@ struct PairedFlips {
   bool b_worse() const;
 };
 PairedFlips fmnist_paired_flips(const std::string& a, const std::string& b);
+
+// `model` quantized weight-only int4 per-channel (libtorch) into `dir`, with
+// the Fashion-MNIST calibration images and `extra` lines of the quantize:
+// section ("  weight_rounding: gptq\n"). Returns run_quantize's outcome.
+QuantizeOutcome fmnist_int4(const std::string& model, const std::string& dir,
+                            const std::string& extra);
 
 }  // namespace tq::test

@@ -134,14 +134,7 @@ TEST_CASE("layer geometry is read from the ops of the trained CNN", "[algorithms
 namespace {
 
 tq::QuantizeOutcome quantize_cnn(const std::string& dir, const std::string& extra) {
-  const std::string yaml = "results_dir: " + dir +
-                           "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
-                           "  default_layer_dtype: int4\n  model_path: " +
-                           kModels + "/fmnist/cnn.pt\n  layers:\n    - module_name: '*'\n" +
-                           "      weights: {dtype: int4, granularity: per_channel}\n" + extra +
-                           "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
-                           "/fmnist/calib.npz\n    batch_size: 64\n";
-  return tq::run_quantize(tq::parse_spec_text(yaml, "<test>"));
+  return tq::test::fmnist_int4(kModels + "/fmnist/cnn.pt", dir, extra);
 }
 
 }  // namespace
@@ -406,16 +399,7 @@ TEST_CASE("int4 per-channel on the MobileNetV2-style net and the ResNet: GPTQ be
     const std::string model = kModels + "/fmnist/" + net + ".pt", d = tmpdir(net + "_int4");
     const double fp32 = top1_of(model);
     auto run = [&](const std::string& name, const std::string& extra) {
-      const std::string yaml = "results_dir: " + d + "/" + name +
-                               "\nquantize:\n  backend: libtorch\n  mode: weight_only_ptq\n"
-                               "  default_layer_dtype: int4\n  model_path: " +
-                               model +
-                               "\n  layers:\n    - module_name: '*'\n"
-                               "      weights: {dtype: int4, granularity: per_channel}\n" +
-                               extra +
-                               "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
-                               "/fmnist/calib.npz\n    batch_size: 64\n";
-      return tq::run_quantize(tq::parse_spec_text(yaml, "<test>")).artifact_path;
+      return tq::test::fmnist_int4(model, d + "/" + name, extra).artifact_path;
     };
     const std::string n_path = run("nearest", ""),
                       g_path = run("gptq", "  weight_rounding: gptq\n");

@@ -234,6 +234,13 @@ TEST_CASE("spec: algorithm settings", "[spec][algorithms]") {
   auto off = tq::parse_spec_text("quantize:\n  weight_rounding: {method: gptq, act_order: false}\n",
                                  "spec.yaml");
   CHECK_FALSE(off.quantize.algorithms.gptq.act_order);
+  // sequential likewise; a misspelled key is named with the keys there are.
+  CHECK(plain.quantize.algorithms.gptq.sequential);
+  auto one = tq::parse_spec_text(
+      "quantize:\n  weight_rounding: {method: gptq, sequential: false}\n", "spec.yaml");
+  CHECK_FALSE(one.quantize.algorithms.gptq.sequential);
+  auto fs = fail_of("quantize:\n  weight_rounding: {method: gptq, sequentail: false}\n");
+  CHECK_THAT(fs.msg, Contains("sequentail") && Contains("sequential"));
   auto eq = tq::parse_spec_text("quantize:\n  mode: static_ptq\n  equalization: {iterations: 5}\n",
                                 "spec.yaml");
   CHECK(eq.quantize.algorithms.equalization.enabled);

@@ -38,6 +38,9 @@ struct GptqSettings {
   // Each channel's (group's) scale shrunk by the factor in {1, 0.95, ..., 0.5}
   // with the least input-weighted rounding error before GPTQ rounds on it.
   bool scale_search = true;
+  // Layers rounded in order, each against the inputs of the model whose
+  // earlier layers are already rounded, toward the float model's outputs.
+  bool sequential = true;
 };
 
 // Cross-layer equalization (Nagel et al. 2019): rescales the channels

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -127,10 +128,44 @@ class LayerInputStream {
   LayerInputStream(const LayerInputStream&) = delete;
   LayerInputStream& operator=(const LayerInputStream&) = delete;
   void run(const std::vector<at::Tensor>& inputs, const LayerInputFn& fn);
+  // Runs until every call of `layers` has been seen, then stops the model:
+  // cheaper when they come early. Where that point is not known before
+  // running (a call inside a loop or a branch), the model runs to its end.
+  void run_until(const std::vector<at::Tensor>& inputs, const LayerInputFn& fn,
+                 const std::set<std::string>& layers);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// A model's forward in pieces, cut before the op of each of `layers`
+// (sequential GPTQ): values(k) are the values that cross cut k, the
+// layer order()[k]'s input among them; start() gives the values before the
+// first piece, advance(k, v) runs piece k on the values at cut k - 1 (or
+// start()) and leaves those at cut k. Attributes are read inside each piece,
+// so weights set on model() between runs take effect in later pieces.
+// why() says why the model cannot be cut ("" when it can): every layer must
+// be called once, at the top level of forward (not in a loop or a branch).
+class ForwardPieces {
+ public:
+  ForwardPieces(const torch::jit::Module& model, const std::set<std::string>& layers);
+  ~ForwardPieces();
+  ForwardPieces(const ForwardPieces&) = delete;
+  ForwardPieces& operator=(const ForwardPieces&) = delete;
+  const std::string& why() const { return why_; }
+  const std::vector<std::string>& order() const { return order_; }
+  size_t input_index(size_t k) const { return input_index_.at(k); }
+  torch::jit::Module& model();  // the copy the pieces run on
+  std::vector<c10::IValue> start(const std::vector<at::Tensor>& inputs) const;
+  void advance(size_t k, std::vector<c10::IValue>& values) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string why_;
+  std::vector<std::string> order_;
+  std::vector<size_t> input_index_;
 };
 
 // capture_layers(...).inputs, and the model's output into `output` if given.

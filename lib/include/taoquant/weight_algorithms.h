@@ -50,6 +50,21 @@ at::Tensor layer_forward(const LayerGeometry& g, const at::Tensor& x, const at::
 // over every input position, K = in_channels / groups * kernel elements.
 void accumulate_hessian(const LayerGeometry& g, const at::Tensor& x, at::Tensor& h);
 
+// Sequential GPTQ, for the layer's input x in the float model and x~ in the
+// partly rounded one (same shape): adds x~'s Hessian to `h` (as
+// accumulate_hessian) and sum W (x - x~) x~^T over the same columns to `r`
+// ([groups, rows / groups, K], float64); W is the layer's weight.
+void accumulate_paired(const LayerGeometry& g, const at::Tensor& weight, const at::Tensor& x,
+                       const at::Tensor& xq, at::Tensor& h, at::Tensor& r);
+
+// Sequential GPTQ's target for a layer whose inputs in the partly rounded
+// model are x~ while the float model's are x: W + R (H~ + lambda I)^-1 per
+// group, R = sum W (x - x~) x~^T (accumulate_correction), H~ = sum x~ x~^T
+// ([groups, K, K]), lambda = damp * mean(diag H~): the least-squares weight
+// that maps x~ to W x, kept near W. Equal to W when x~ = x.
+at::Tensor gptq_corrected_target(const at::Tensor& weight, const at::Tensor& h, const at::Tensor& r,
+                                 double damp);
+
 // GPTQ (Frantar et al. 2022) on `weight` seen as [rows, K] (the weight's
 // row-major order; a conv [O, I/g, k...] is [O, I/g * prod(k)]), with the
 // Hessian `h` [groups, K, K] of its inputs; rows of group j use h[j].

@@ -26,7 +26,8 @@ const std::vector<AlgorithmDef>& algorithm_defs() {
        {Mode::kWeightOnly}},
       {"weight_rounding",
        "nearest (default) | gptq, or {method: gptq, damp: 0.01, block_size: 128, act_order: "
-       "true, scale_search: true}: how quantized weights are rounded; per layer: "
+       "true, scale_search: true, sequential: true}: how quantized weights are rounded "
+       "(sequential: each layer against the partly rounded model's inputs); per layer: "
        "weights.rounding",
        {Mode::kWeightOnly}},
       {"bias_correction",
@@ -77,7 +78,8 @@ nlohmann::json algorithms_to_json(const AlgorithmSettings& a) {
     j["gptq"] = {{"damp", a.gptq.damp},
                  {"block_size", a.gptq.block_size},
                  {"act_order", a.gptq.act_order},
-                 {"scale_search", a.gptq.scale_search}};
+                 {"scale_search", a.gptq.scale_search},
+                 {"sequential", a.gptq.sequential}};
   if (a.smoothquant.enabled) j["smoothquant_alpha"] = a.smoothquant.alpha;
   if (a.awq.enabled) j["awq_grid"] = a.awq.grid;
   return j;

@@ -290,7 +290,7 @@ std::vector<LayerRule> read_layers(const Node& n, const std::string& path) {
 }
 
 // quantize.weight_rounding: a method name, or {method, damp, block_size, act_order,
-// scale_search}.
+// scale_search, sequential}.
 void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSettings& a) {
   a.weight_rounding_loc = n.loc;
   if (n.is_scalar()) {
@@ -298,7 +298,7 @@ void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSetti
     return;
   }
   Section s(n, path);
-  s.only({"method", "damp", "block_size", "act_order", "scale_search"});
+  s.only({"method", "damp", "block_size", "act_order", "scale_search", "sequential"});
   if (!s.get("method"))
     fail(n, path,
          "needs method: " + rounding_table().joined() +
@@ -308,6 +308,7 @@ void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSetti
   s.read("block_size", a.gptq.block_size, int_at_least(1));
   s.read("act_order", a.gptq.act_order, to_bool);
   s.read("scale_search", a.gptq.scale_search, to_bool);
+  s.read("sequential", a.gptq.sequential, to_bool);
 }
 
 // `true | false`, or a mapping of the algorithm's settings (`read` reads

@@ -118,4 +118,29 @@ std::vector<float> gptq_round(const at::Tensor& weight, const at::Tensor& h,
   return out;
 }
 
+// Sequential GPTQ (the asymmetric objective of GPTAQ, Li et al. 2025): the
+// weight whose outputs on the rounded model's inputs x~ come closest to the
+// float layer's outputs W x: argmin_V ||W X - V X~||^2 + lambda ||V - W||^2
+// = (W X X~^T + lambda W)(H~ + lambda I)^-1 = W + R (H~ + lambda I)^-1, with
+// R = W (X - X~) X~^T and H~ = X~ X~^T; lambda = damp * mean(diag H~). With
+// no error coming in (X~ = X) it is W. GPTQ then rounds V against H~:
+// ||W X - Q X~||^2 is ||W X - V X~||^2 (fixed) plus ||(V - Q) X~||^2 (exactly
+// so as lambda -> 0), so rounding V minimizes the layer's output error in
+// the partly rounded model, incoming error included.
+at::Tensor gptq_corrected_target(const at::Tensor& w, const at::Tensor& h, const at::Tensor& r,
+                                 double damp) {
+  const int64_t rows = w.size(0), K = w.numel() / std::max<int64_t>(rows, 1);
+  const int64_t per = rows / h.size(0);
+  at::Tensor w2 = w.reshape({rows, K}).to(at::kDouble), out = w2.clone();
+  for (int64_t g = 0; g < h.size(0); ++g) {
+    at::Tensor hg = h[g].clone();
+    const double mean = hg.diagonal().mean().item<double>();
+    const double lambda = damp * (mean > 0 ? mean : 1.0);
+    hg.diagonal() += lambda;
+    // V_g^T = W_g^T + (H~ + lambda I)^-1 R_g^T; H~ + lambda I is positive definite.
+    out.narrow(0, g * per, per) += at::cholesky_solve(r[g].t(), at::linalg_cholesky(hg)).t();
+  }
+  return out.reshape(w.sizes()).to(at::kFloat).contiguous();
+}
+
 }  // namespace tq

@@ -128,34 +128,72 @@ at::Tensor layer_forward(const LayerGeometry& g, const at::Tensor& x, const at::
   return at::convolution(x, weight, bias, g.stride, g.padding, g.dilation, false, zeros, g.groups);
 }
 
-void accumulate_hessian(const LayerGeometry& g, const at::Tensor& x, at::Tensor& h) {
-  const int64_t K = h.size(1);
-  if (!g.conv) {
-    at::Tensor rows = x.reshape({-1, K}).to(at::kFloat);
-    h[0] += at::matmul(rows.t(), rows).to(at::kDouble);
-    return;
-  }
+namespace {
+
+// Samples [s, s + len) of x as im2col columns, [groups, K, len * positions]
+// (a Linear's rows are one group of K).
+at::Tensor columns(const LayerGeometry& g, const at::Tensor& x, int64_t K, int64_t s, int64_t len) {
+  if (!g.conv) return x.reshape({-1, K}).narrow(0, s, len).to(at::kFloat).t().unsqueeze(0);
   // conv1d is a conv2d of height 1; im2col needs [N, C, H, W].
   const bool one = g.spatial_dims == 1;
   auto two = [&](const std::vector<int64_t>& v, int64_t pad) {
     return one ? std::vector<int64_t>{pad, v.at(0)} : v;
   };
-  at::Tensor in = one ? x.unsqueeze(2) : x;
-  in = in.to(at::kFloat);
-  const int64_t n = in.size(0);
-  // Chunks of samples keep the im2col buffer near 32 MiB.
-  const int64_t per_sample = std::max<int64_t>(
-      1, K * g.groups * (in.numel() / std::max<int64_t>(n, 1)) / std::max<int64_t>(1, in.size(1)));
+  const at::Tensor in = (one ? x.unsqueeze(2) : x).narrow(0, s, len).to(at::kFloat);
+  at::Tensor cols =
+      at::im2col(in, two(g.kernel, 1), two(g.dilation, 1), two(g.padding, 0), two(g.stride, 1));
+  // [N, groups * K, L] -> [groups, K, N * L]
+  return cols.view({cols.size(0), g.groups, K, cols.size(2)})
+      .permute({1, 2, 0, 3})
+      .reshape({g.groups, K, -1});
+}
+
+// Calls fn(start, length) over x's samples (rows of a Linear's input) in
+// chunks whose columns take about 32 MiB.
+template <typename Fn>
+void for_each_chunk(const LayerGeometry& g, const at::Tensor& x, int64_t K, Fn&& fn) {
+  const int64_t n = g.conv ? x.size(0) : x.numel() / K;
+  const int64_t per_sample =
+      g.conv ? std::max<int64_t>(1, K * g.groups * (x.numel() / std::max<int64_t>(n, 1)) /
+                                        std::max<int64_t>(1, x.size(1)))
+             : K;
   const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / per_sample);
-  for (int64_t s = 0; s < n; s += chunk) {
-    at::Tensor cols = at::im2col(in.narrow(0, s, std::min(chunk, n - s)), two(g.kernel, 1),
-                                 two(g.dilation, 1), two(g.padding, 0), two(g.stride, 1));
-    // [N, groups * K, L] -> [groups, K, N * L]
-    cols = cols.view({cols.size(0), g.groups, K, cols.size(2)})
-               .permute({1, 2, 0, 3})
-               .reshape({g.groups, K, -1});
-    h += at::bmm(cols, cols.transpose(1, 2)).to(at::kDouble);
-  }
+  for (int64_t s = 0; s < n; s += chunk) fn(s, std::min(chunk, n - s));
+}
+
+}  // namespace
+
+void accumulate_hessian(const LayerGeometry& g, const at::Tensor& x, at::Tensor& h) {
+  const int64_t K = h.size(1);
+  for_each_chunk(g, x, K, [&](int64_t s, int64_t len) {
+    const at::Tensor c = columns(g, x, K, s, len);
+    h += at::bmm(c, c.transpose(1, 2)).to(at::kDouble);
+  });
+}
+
+void accumulate_paired(const LayerGeometry& g, const at::Tensor& weight, const at::Tensor& x,
+                       const at::Tensor& xq, at::Tensor& h, at::Tensor& r) {
+  TORCH_CHECK(x.sizes() == xq.sizes(), "accumulate_paired: inputs of shapes ", x.sizes(), " and ",
+              xq.sizes());
+  const int64_t K = h.size(1), groups = h.size(0);
+  const at::Tensor w = weight.to(at::kFloat);
+  for_each_chunk(g, xq, K, [&](int64_t s, int64_t len) {
+    const at::Tensor c = columns(g, xq, K, s, len);
+    h += at::bmm(c, c.transpose(1, 2)).to(at::kDouble);
+    // W (x - x~) through the layer's own op: its outputs, [groups, rows / groups, columns].
+    at::Tensor d;
+    if (g.conv) {
+      const at::Tensor dx = (x.narrow(0, s, len) - xq.narrow(0, s, len)).to(at::kFloat);
+      d = layer_forward(g, dx, w, at::Tensor());
+      d = d.reshape({d.size(0), d.size(1), -1}).permute({1, 0, 2}).reshape({groups, -1, c.size(2)});
+    } else {
+      const at::Tensor dx =
+          (x.reshape({-1, K}).narrow(0, s, len) - xq.reshape({-1, K}).narrow(0, s, len))
+              .to(at::kFloat);
+      d = at::matmul(dx, w.reshape({w.size(0), K}).t()).t().unsqueeze(0);
+    }
+    r += at::bmm(d, c.transpose(1, 2)).to(at::kDouble);
+  });
 }
 
 at::Tensor bias_correction_shift(const LayerGeometry& g, const at::Tensor& mean_input,

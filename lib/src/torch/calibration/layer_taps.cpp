@@ -29,10 +29,17 @@ struct TapState {
   const std::vector<std::string>* names = nullptr;
   const CaptureOptions* opts = nullptr;
   const LayerInputFn* on_input = nullptr;  // streaming: every input call, nothing kept
+  int64_t stop_after = -1;                 // streaming: the tap id after which the model stops
+  bool stopped = false;
   std::map<int64_t, at::Tensor> in, out;
   std::map<int64_t, int64_t> kept;  // samples kept per layer id
 };
 using TapScope = jit::OpScope<TapState>;
+
+// Thrown from a tap to end the model's run early (run_until).
+struct StopForward : std::exception {
+  const char* what() const noexcept override { return "taoquant: stop after the last tap"; }
+};
 
 at::Tensor tap_op(const at::Tensor& x, int64_t id) {
   TapState* taps = TapScope::current();
@@ -40,6 +47,10 @@ at::Tensor tap_op(const at::Tensor& x, int64_t id) {
   const bool is_out = id >= kOutputTap;
   if (taps->on_input) {
     if (!is_out) (*taps->on_input)(taps->names->at(static_cast<size_t>(id)), x);
+    if (id == taps->stop_after) {
+      taps->stopped = true;
+      throw StopForward();
+    }
     return x;
   }
   const int64_t lid = is_out ? id - kOutputTap : id;
@@ -150,7 +161,8 @@ namespace {
 // `every_call`: a tap at every call of a layer (both branches of an `if`,
 // a module called twice), else at its first call.
 torch::jit::Module tapped_copy(const torch::jit::Module& model, bool outputs,
-                               std::vector<std::string>& names, bool every_call = false) {
+                               std::vector<std::string>& names, bool every_call = false,
+                               std::vector<bool>* top_level = nullptr) {
   torch::jit::Module m = model.clone(/*inplace=*/true);
   auto g = m.get_method("forward").graph();
   jit::inline_calls(*g);
@@ -164,6 +176,7 @@ torch::jit::Module tapped_copy(const torch::jit::Module& model, bool outputs,
   for (const jit::LayerSite& site : sites) {
     const auto lid = static_cast<int64_t>(names.size());
     jit::insert_call_on_input(site.op, 0, "taoquant::tap", lid);
+    if (top_level) top_level->push_back(site.op->owningBlock() == g->block());
     if (outputs) jit::insert_call_on_output(site.op, "taoquant::tap", lid + kOutputTap);
     names.push_back(site.layer);
   }
@@ -176,7 +189,12 @@ c10::IValue run_tapped(torch::jit::Module& m, TapState& state,
   torch::NoGradGuard no_grad;
   NoGraphOptimization no_opt;
   std::vector<c10::IValue> in(inputs.begin(), inputs.end());
-  return m.forward(in);
+  try {
+    return m.forward(in);
+  } catch (...) {  // the interpreter may rethrow StopForward as another type
+    if (!state.stopped) throw;
+    return {};
+  }
 }
 
 }  // namespace
@@ -197,12 +215,14 @@ LayerCapture capture_layers(const torch::jit::Module& model, const std::vector<a
 
 struct LayerInputStream::Impl {
   std::vector<std::string> names;
+  std::vector<bool> top_level;  // per tap: outside any loop or branch
   torch::jit::Module m;
   CaptureOptions opts;
 };
 
 LayerInputStream::LayerInputStream(const torch::jit::Module& model) : impl_(new Impl) {
-  impl_->m = tapped_copy(model, /*outputs=*/false, impl_->names, /*every_call=*/true);
+  impl_->m =
+      tapped_copy(model, /*outputs=*/false, impl_->names, /*every_call=*/true, &impl_->top_level);
 }
 LayerInputStream::~LayerInputStream() = default;
 
@@ -211,6 +231,23 @@ void LayerInputStream::run(const std::vector<at::Tensor>& inputs, const LayerInp
   state.names = &impl_->names;
   state.opts = &impl_->opts;
   state.on_input = &fn;
+  run_tapped(impl_->m, state, inputs);
+}
+
+void LayerInputStream::run_until(const std::vector<at::Tensor>& inputs, const LayerInputFn& fn,
+                                 const std::set<std::string>& layers) {
+  TapState state;
+  state.names = &impl_->names;
+  state.opts = &impl_->opts;
+  state.on_input = &fn;
+  for (size_t id = 0; id < impl_->names.size(); ++id) {
+    if (!layers.count(impl_->names[id])) continue;
+    if (!impl_->top_level[id]) {  // where the last call is, is known only at run time
+      state.stop_after = -1;
+      break;
+    }
+    state.stop_after = static_cast<int64_t>(id);
+  }
   run_tapped(impl_->m, state, inputs);
 }
 
