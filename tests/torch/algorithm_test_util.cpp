@@ -127,9 +127,22 @@ QuantizeOutcome fmnist_int4(const std::string& model, const std::string& dir,
                            model +
                            "\n  layers:\n    - module_name: '*'\n"
                            "      weights: {dtype: int4, granularity: per_channel}\n" +
-                           extra + "dataset:\n  quant_calibration_dataset:\n    data_file: " +
-                           data + "\n    batch_size: 64\n";
+                           extra +
+                           "dataset:\n  quant_calibration_dataset:\n    data_file: " + data +
+                           "\n    batch_size: 64\n";
   return run_quantize(parse_spec_text(yaml, "<test>"));
+}
+
+LayerGeometry conv2d_geometry_of(const nlohmann::json& r) {
+  LayerGeometry g;
+  g.conv = true;
+  g.spatial_dims = 2;
+  g.kernel = r["kernel"].get<std::vector<int64_t>>();
+  g.stride = r["stride"].get<std::vector<int64_t>>();
+  g.padding = r["padding"].get<std::vector<int64_t>>();
+  g.dilation = r["dilation"].get<std::vector<int64_t>>();
+  g.groups = r["groups"];
+  return g;
 }
 
 }  // namespace tq::test

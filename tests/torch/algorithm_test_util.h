@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "taoquant/pipeline.h"
+#include "taoquant/weight_algorithms.h"
 
 namespace tq::test {
 
@@ -19,6 +20,10 @@ std::string alg_tmpdir(const std::string& name);
 // folder it writes them to (with the models they were computed on).
 const nlohmann::json& algorithm_refs();
 const std::string& algorithm_refs_dir();
+
+// The geometry of a reference's 2-D conv (kernel, stride, padding,
+// dilation, groups keys of make_algorithm_refs.py's entries).
+LayerGeometry conv2d_geometry_of(const nlohmann::json& r);
 
 // A nested JSON list of numbers as a float64 tensor.
 at::Tensor tensor_of(const nlohmann::json& j);

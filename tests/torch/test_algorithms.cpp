@@ -72,14 +72,7 @@ TEST_CASE("gptq matches the paper's unblocked algorithm computed in Python", "[a
 TEST_CASE("the conv Hessian matches F.unfold for a grouped, strided, padded conv",
           "[algorithms][gptq]") {
   const auto& r = refs()["hessian"][0];
-  tq::LayerGeometry g;
-  g.conv = true;
-  g.spatial_dims = 2;
-  g.kernel = r["kernel"].get<std::vector<int64_t>>();
-  g.stride = r["stride"].get<std::vector<int64_t>>();
-  g.padding = r["padding"].get<std::vector<int64_t>>();
-  g.dilation = r["dilation"].get<std::vector<int64_t>>();
-  g.groups = r["groups"];
+  const tq::LayerGeometry g = tq::test::conv2d_geometry_of(r);
   const at::Tensor ref = tensor_of(r["h"]);
   at::Tensor h = at::zeros(ref.sizes(), at::kDouble);
   tq::accumulate_hessian(g, tensor_of(r["x"]).to(at::kFloat), h);

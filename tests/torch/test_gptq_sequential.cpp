@@ -34,14 +34,7 @@ const nlohmann::json& layer_facts(const nlohmann::json& report, const std::strin
 TEST_CASE("sequential GPTQ's target and statistics match the least-squares reference",
           "[algorithms][gptq]") {
   const auto& r = tq::test::algorithm_refs()["sequential"];
-  tq::LayerGeometry g;
-  g.conv = true;
-  g.spatial_dims = 2;
-  g.kernel = r["kernel"].get<std::vector<int64_t>>();
-  g.stride = r["stride"].get<std::vector<int64_t>>();
-  g.padding = r["padding"].get<std::vector<int64_t>>();
-  g.dilation = r["dilation"].get<std::vector<int64_t>>();
-  g.groups = r["groups"];
+  const tq::LayerGeometry g = tq::test::conv2d_geometry_of(r);
   const at::Tensor x = tensor_of(r["x"]).to(at::kFloat), xq = tensor_of(r["xq"]).to(at::kFloat);
   const at::Tensor w = tensor_of(r["w"]).to(at::kFloat);
   const at::Tensor h_ref = tensor_of(r["h"]), r_ref = tensor_of(r["r"]);
