@@ -33,3 +33,8 @@ function(tq_torch_pch target)
     target_precompile_headers(${target} PRIVATE <torch/script.h>)
   endif()
 endfunction()
+
+# ONNX (Debian libonnx-dev 1.12: the ML build's protobuf types, the checker
+# and shape inference) for the exporters. Its targets need protobuf's.
+find_package(Protobuf REQUIRED)
+find_package(ONNX REQUIRED)

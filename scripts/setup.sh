@@ -38,10 +38,13 @@ PACKAGES=(
   python3-torch python3-torchvision python3-numpy dataset-fashion-mnist clang-format
   clang-14 libclang-rt-14-dev
   libkainjow-mustache-dev
+  libonnx-dev
 )
 # Only the tests need these (headless Chromium loads the HTML reports; strace
 # injects faults into quantize runs).
-TEST_PACKAGES=(chromium strace)
+# python3-onnx: the ONNX checker from Python, an independent check of the
+# exported files; nodejs: npm installs ONNX Runtime (scripts/ort/install.sh).
+TEST_PACKAGES=(chromium strace python3-onnx nodejs)
 if [[ ${DEMO} -eq 0 ]]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
 fi
@@ -104,6 +107,11 @@ check_alternative() {
 }
 check_alternative libblas
 check_alternative liblapack
+
+# ONNX Runtime for the tests (npm onnxruntime-node into third_party/ort/).
+if [[ ${DEMO} -eq 0 ]]; then
+  bash "${SCRIPT_DIR}/ort/install.sh"
+fi
 
 if [[ ${DO_BUILD} -eq 0 ]]; then
   log "--no-build: skipping configure and build"

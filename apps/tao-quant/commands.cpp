@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -261,6 +262,29 @@ int run_profile(Options& o) {
   return 0;
 }
 
+// `export`: the formats of quantize.export (or --formats) from the result
+// in results_dir, without quantizing again.
+int run_export(Options& o) {
+  auto spec = tq::load_spec(o.spec, o.overrides);
+  if (!o.formats.empty()) {
+    auto& e = spec.quantize.export_spec;
+    e.formats = o.formats;
+    e.format_locs.assign(o.formats.size(), tq::SourceLoc{"--formats", 0, 0});
+  }
+  const auto out = tq::run_export(spec);
+  if (o.json) {
+    std::cout << out.report.value("exports", nlohmann::json::object()).dump(2) << "\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& f : out.files)
+    rows.push_back({f.format, f.path,
+                    tq::format_bytes(static_cast<double>(std::filesystem::file_size(f.path)))});
+  std::cout << tq::format_table({"format", "file", "size"}, rows, {false, false, true})
+            << "report:   " << out.report_path << " (exports)\n";
+  return 0;
+}
+
 using tq::join;
 
 template <class E>
@@ -365,6 +389,15 @@ const std::vector<Command>& commands() {
        "write a timing cache for quantize.timing_cache",
        with_options({{Arg::kFlag, "--json", &Options::json, "Print the timing cache as JSON"}}),
        run_profile},
+      {"export",
+       "Export the result in results_dir for other runtimes (quantize.export.formats or "
+       "--formats: onnx, onnx_qdq, ...) without quantizing again",
+       with_options({{Arg::kOption, "--formats", &Options::formats,
+                      "Formats to export (default: quantize.export.formats)", nullptr,
+                      std::nullopt, false, ','},
+                     {Arg::kFlag, "--json", &Options::json,
+                      "Print the report's exports entry as JSON"}}),
+       run_export},
       {"evaluate",
        "Evaluate a float or quantized model on the test data: accuracy, fidelity vs float, "
        "latency, quality "

@@ -13,6 +13,7 @@
 #include "taoquant/formats.h"
 #include "taoquant/jit.h"
 #include "taoquant/model.h"
+#include "taoquant/record.h"
 #include "taoquant/report.h"
 #include "taoquant/weight_algorithms.h"
 #include "taoquant/weight_quant.h"
@@ -225,6 +226,10 @@ LayerResult fake_quant_result(const QuantizeContext& ctx, FakeQuantSession& s, c
 void convert_fake_quant(QuantizeContext& ctx, FakeQuantSession& s) {
   LayerTaps taps;
   taps.float_inputs = capture_layer_inputs(ctx.model, s.holdout);
+  record_model(ctx, s.work);  // with its observe calls: the record's marks
+  ctx.record().notes.push_back(
+      "fakequant simulates: each quantized layer's input is quantized and dequantized, and the "
+      "layer computes in float; runtimes run its Q/DQ form with float kernels");
   const auto act = insert_fake_quant(s);
   // Weights: rounded to the grid in place.
   std::map<std::string, wformat::QuantizedWeight> weights;
@@ -233,7 +238,19 @@ void convert_fake_quant(QuantizeContext& ctx, FakeQuantSession& s) {
     auto layer = find_submodule(s.work, lp.info.name);
     wformat::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
     set_weight_values(layer, q.dequant);
+    record_weight(ctx, lp, q);
     weights[lp.info.name] = std::move(q);
+  }
+  for (const auto& lp : ctx.plan.layers) {
+    auto a = act.find(lp.info.name);
+    if (a != act.end()) {
+      const ObserverSlot& slot = *s.table->slots().at(static_cast<size_t>(s.slot_of[lp.info.name]));
+      const int i = record_activation(ctx, slot.id, lp.info.name, a->second, slot.obs->name());
+      ctx.record().tensors[static_cast<size_t>(i)].name = lp.info.name + ".input";
+      ctx.record().layer(lp.info.name).quantized = true;
+    } else if (!ctx.record().find_layer(lp.info.name)) {
+      record_float(ctx, lp.info.name, lp.why_float());
+    }
   }
   // A fresh copy: the calibrated module has run, and LibTorch keeps the
   // execution plan it made from the graph as it was then.

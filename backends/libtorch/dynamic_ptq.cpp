@@ -7,6 +7,7 @@
 #include "static_ptq.h"
 #include "taoquant/calibration.h"
 #include "taoquant/model.h"
+#include "taoquant/record.h"
 #include "taoquant/report.h"
 
 namespace tq::libtorch {
@@ -52,6 +53,10 @@ void quantize_dynamic(QuantizeContext& ctx) {
   work.eval();
   if (const size_t n = drop_fused_fast_paths(work))
     ctx.backend_meta["fused_fast_paths_dropped"] = n;
+  record_model(ctx, work);
+  ctx.record().notes.push_back(
+      "activations are quantized at run time from each input's own range (uint8); LibTorch's "
+      "kernel and ONNX's DynamicQuantizeLinear may choose scales one step apart");
   Module observed;
   try {
     observed = jit::insert_observers(work, qd, QuantType::kDynamic, /*inplace=*/false);
@@ -83,8 +88,11 @@ void quantize_dynamic(QuantizeContext& ctx) {
     if (it != reasons.end() || !ws) {  // !ws: the pass never saw the layer called
       const bool planned = it != reasons.end();
       ctx.add_layer_result(kept_float_result(lp, bytes, planned ? it->second : kNotReachedDynamic));
+      record_float(ctx, lp.info.name, ctx.layer_results().back().reason);
       continue;
     }
+    record_weight(ctx, lp.info.name, w, table.qparams(ws->id));
+    ctx.record().layer(lp.info.name).dynamic_input = true;
     LayerResult r = layer_result(lp);
     r.bytes_before = bytes;
     r.weight_format =

@@ -1,4 +1,5 @@
 #include "static_ptq.h"
+#include "static_session.h"
 
 #include <ATen/Parallel.h>
 #include <torch/script.h>
@@ -43,47 +44,6 @@ int64_t sqnr_sample_count(const at::Tensor& x, const at::Tensor& w) {
                    std::max<int64_t>(1, (int64_t{1} << 24) / macs)});
 }
 
-struct StaticSession {
-  std::unique_ptr<ObserverTable> table;
-  Module folded;    // BN-folded, specialized float model
-  Module observed;  // folded + observers
-  std::vector<at::Tensor> holdout;
-  std::unique_ptr<StepTimer> steps;  // calibrate() through convert()
-  bool check_speed = true;           // backend_kwargs.latency_check
-  bool reduce_range = false;         // 7-bit activations (engine.cpp)
-  std::vector<int64_t> latency_batch_sizes = {1, 32};
-  std::set<std::string> keep_float;            // layers kept float by the speed check
-  std::map<std::string, std::string> reasons;  // layer -> why it stays float
-  CalibrationData* data = nullptr;             // alive from calibrate() through convert()
-  std::map<std::string, BiasShift> shifts;     // bias correction, by layer (in `folded`)
-  // Each layer's float input and output (leading samples) and the model's
-  // float output on the held-out batch: one pass of a tapped copy of
-  // `folded`, or of `observed` when the held-out batch is also the only
-  // calibration batch (that pass calibrates).
-  LayerCapture cap;
-  bool captured = false;
-  Batch first;                 // the first calibration batch
-  bool input_checked = false;  // a pass over `first` succeeded
-  CaptureOptions capture_options() const {
-    CaptureOptions o;
-    o.outputs = true;
-    o.samples = [this](const std::string& layer, const at::Tensor& x) {
-      try {
-        return sqnr_sample_count(x, find_submodule(folded, layer).attr("weight").toTensor());
-      } catch (const std::exception&) {
-        return x.dim() > 0 ? x.size(0) : int64_t{1};
-      }
-    };
-    return o;
-  }
-  const LayerCapture& capture() {
-    if (!captured) {
-      cap = capture_layers(folded, holdout, capture_options());
-      captured = true;
-    }
-    return cap;
-  }
-};
 
 // Weights: minmax unless a `layers` rule names an observer.
 ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp) {
@@ -449,6 +409,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
     } else if (!slower.empty()) {
       undo_bias_corrections(ctx, s);
       observe_and_run(ctx, s);  // re-observe without them
+      snap_biases(ctx, s);
       q = convert_observed(s.observed);
       s.steps->step("convert");
       why = slower_than_float(ctx, s, q, "without slower layers", speed);
@@ -559,7 +520,13 @@ void report_static(QuantizeContext& ctx, StaticSession& s, const Module& q) {
 }  // namespace
 
 void convert_static(QuantizeContext& ctx, StaticSession& s) {
+  for (const auto& lp : ctx.plan.layers) {  // the float biases, before they move
+    auto layer = find_submodule(s.folded, lp.info.name);
+    if (layer.hasattr("bias") && layer.attr("bias").isTensor())
+      s.float_biases.emplace(lp.info.name + ".bias", layer.attr("bias").toTensor().detach().clone());
+  }
   if (ctx.plan.algorithms.bias_correction) correct_static_biases(ctx, s);
+  snap_biases(ctx, s);
   Module q = convert_observed(s.observed);
   s.steps->step("convert");
   if (s.check_speed || (ctx.timing_cache && ctx.timing_cache->profile_all))
@@ -567,6 +534,10 @@ void convert_static(QuantizeContext& ctx, StaticSession& s) {
   else
     ctx.backend_meta["latency_check"] = nlohmann::json::array();
   report_static(ctx, s, q);
+  bool any_int8 = false;  // the artifact runs a layer in int8
+  for (const auto& lp : ctx.plan.layers)
+    any_int8 = any_int8 || (lp.quantized() && !s.reasons.count(lp.info.name));
+  record_static(ctx, s, !any_int8);
   ctx.backend_meta["steps"] = s.steps->to_json();
   ctx.model = q;
 }

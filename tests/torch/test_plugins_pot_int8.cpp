@@ -88,6 +88,24 @@ TEST_CASE("pot_int8 example: install, out-of-tree build, quantize, evaluate", "[
   }
   CHECK(quantized == 4);
 
+  // The plugin describes its result in the neutral record (record.h): each
+  // weight with its power-of-two scales, which the Q/DQ export reads.
+  size_t recorded = 0;
+  for (const auto& t : rep["quantization"]["tensors"]) {
+    if (t["role"] != "weight") continue;
+    ++recorded;
+    CHECK(tq::is_power_of_two(t["scales"]["min"].get<double>()));
+    CHECK(tq::is_power_of_two(t["scales"]["max"].get<double>()));
+  }
+  CHECK(recorded == 4);
+  auto ex = run_cmd(quote(work + "/prefix/bin/tao-quant") + " --plugin " + quote(plugin) +
+                    " -q export -e " + quote(std::string(TQ_SOURCE_DIR) +
+                                             "/backends/examples/pot_int8/fmnist_cnn_pot_int8.yaml") +
+                    " --formats onnx_qdq results_dir=" + quote(work + "/results"));
+  INFO(ex.out);
+  CHECK(ex.rc == 0);
+  CHECK(fs::exists(work + "/results/quantized_model_pot_int8.onnx"));
+
   // The artifact's weights are integers times 2^k within the int8 range:
   // with per-channel powers of two >= scale_min, w / scale_min is an integer.
   const std::string artifact = work + "/results/quantized_model_pot_int8.pth";

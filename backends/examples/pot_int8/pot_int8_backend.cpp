@@ -24,6 +24,7 @@
 #include <taoquant/observer.h>
 #include <taoquant/plugin.h>
 #include <taoquant/qparams.h>
+#include <taoquant/record.h>
 
 TAOQUANT_PLUGIN();
 
@@ -54,6 +55,7 @@ class PotInt8Backend : public tq::QuantizerBase {
     ctx.backend_meta["scheme"] = "symmetric int8, scale = 2^k";
     ctx.backend_meta["weight_observer"] = observer_;
     const tq::QParamConstraints constraints = info().caps.constraints;
+    tq::record_model(ctx, ctx.model);  // the float weights, before they are rounded
     for (const auto& lp : ctx.plan.layers)
       ctx.add_layer_result(quantize_layer(ctx, lp, constraints));
   }
@@ -64,7 +66,10 @@ class PotInt8Backend : public tq::QuantizerBase {
     auto layer = tq::find_submodule(ctx.model, lp.info.name);
     const at::Tensor w = layer.attr("weight").toTensor();
     const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
-    if (!lp.quantized() || !lp.weights.quantized()) return tq::kept_float_result(lp, bytes);
+    if (!lp.quantized() || !lp.weights.quantized()) {
+      tq::record_float(ctx, lp.info.name, lp.why_float());
+      return tq::kept_float_result(lp, bytes);
+    }
     tq::LayerResult r = tq::layer_result(lp);
     r.bytes_before = r.bytes_after = bytes;
 
@@ -95,6 +100,7 @@ class PotInt8Backend : public tq::QuantizerBase {
       fq = at::fake_quantize_per_tensor_affine(wf, qp.scale[0], 0, qp.quant_min, qp.quant_max);
     }
     layer.setattr("weight", fq.to(w.scalar_type()));
+    tq::record_weight(ctx, lp.info.name, wf, qp);  // the codes, for the report and exporters
 
     const auto [mn, mx] = std::minmax_element(qp.scale.begin(), qp.scale.end());
     r.weight_format = lp.weights.str();

@@ -31,6 +31,7 @@ namespace tq {
 
 class CalibrationData;
 class TimingCache;
+struct QuantRecord;
 namespace wformat {
 struct QuantizedWeight;
 }
@@ -161,6 +162,11 @@ class QuantizeContext {
   std::map<std::string, std::shared_ptr<const wformat::QuantizedWeight>> weight_overrides;
   std::map<std::string, nlohmann::json> algorithm_facts;
 
+  // The neutral quantization record (record.h) the backend fills as it
+  // quantizes: the report and the exporters read it.
+  QuantRecord& record() { return *record_; }
+  const QuantRecord& record() const { return *record_; }
+
   // The run's timing cache (set by run_quantize; may be null elsewhere):
   // latency decisions read it first and record what they measure, so that a
   // rerun with the cache decides the same without measuring.
@@ -169,6 +175,7 @@ class QuantizeContext {
  private:
   std::vector<LayerResult> results_;
   std::vector<std::string> warnings_;
+  std::unique_ptr<QuantRecord> record_;
 };
 
 class QuantizerBase {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "taoquant/backend.h"
+#include "taoquant/export.h"
 #include "taoquant/plan.h"
 #include "taoquant/spec.h"
 
@@ -59,6 +60,17 @@ struct InspectOutcome {
 InspectOutcome run_inspect(const Spec& spec, const QuantizeOptions& opts = {});
 
 QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts = {});
+
+// `tao-quant export`: the formats of quantize.export (export.h) from the
+// published result in results_dir, without quantizing again. The pair is
+// checked as evaluate checks it; the record must be the one the report
+// lists. The files are published and the report lists them.
+struct ExportOutcome {
+  std::vector<ExportedFile> files;
+  std::string report_path;
+  nlohmann::json report;
+};
+ExportOutcome run_export(const Spec& spec);
 
 // Tool and LibTorch versions, for reports and artifacts.
 nlohmann::json tool_info();

@@ -43,6 +43,17 @@ struct SkipRule {
   SourceLoc loc;
 };
 
+// quantize.export: the formats handed to other runtimes (export.h). The
+// names are checked against the exporter registry before the model loads.
+struct ExportSpec {
+  std::vector<std::string> formats;
+  std::vector<SourceLoc> format_locs;
+  int opset = 17;
+  std::string target = "ort";             // ort | tensorrt
+  std::string tensorrt_version = "8601";  // calibration cache header: TensorRT 8.6.1
+  std::vector<int64_t> input_shape;       // one sample's shape, when no data gives it
+};
+
 struct QuantizeSpec {
   std::string backend = "torchao";
   Mode mode = Mode::kWeightOnly;
@@ -61,6 +72,7 @@ struct QuantizeSpec {
   // A timing cache (`tao-quant profile`, or the timing_cache.json a quantize
   // run writes): latency decisions come from it, not from measuring.
   std::string timing_cache;
+  ExportSpec export_spec;  // quantize.export
 };
 
 struct PreprocessSpec {

@@ -166,6 +166,39 @@ json summary(const json& r) {
                   str(get(r, "tool"), "libtorch")}}});
 }
 
+// The exported files (quantize.export / tao-quant export): one row each,
+// and what they hold.
+json exports(const json& r) {
+  const json& e = get(r, "exports");
+  json files = json::array(), kept = json::array();
+  std::string tensors = "-";
+  for (const auto& f : get(e, "files").is_array() ? e["files"] : json::array()) {
+    const json& facts = get(f, "facts");
+    files.push_back({{"format", str(f, "format")},
+                     {"file", str(f, "file")},
+                     {"size", bytes(get(f, "bytes"))},
+                     {"xxh64", str(f, "xxh64")},
+                     {"what", str(facts, "target").empty() ? "" : "target " + str(facts, "target")}});
+    if (str(f, "format") != "onnx_qdq") continue;
+    tensors = std::to_string(get(facts, "weights_quantized").is_number()
+                                 ? facts["weights_quantized"].get<int64_t>() : 0) +
+              " weights, " +
+              std::to_string(get(facts, "activation_qdq_pairs").is_number()
+                                 ? facts["activation_qdq_pairs"].get<int64_t>() : 0) +
+              " activation Q/DQ pairs";
+    for (const auto& l : get(facts, "float_layers").is_array() ? facts["float_layers"]
+                                                               : json::array())
+      kept.push_back({{"layer", str(l, "layer")}, {"reason", str(l, "reason")}});
+  }
+  return {{"has", !files.empty()},
+          {"files", files},
+          {"opset", num(get(e, "opset"), 0)},
+          {"target", str(e, "target")},
+          {"tensors", tensors},
+          {"float_layers", kept},
+          {"has_float", !kept.empty()}};
+}
+
 }  // namespace
 
 json quantize(const json& r) {
@@ -195,6 +228,7 @@ json quantize(const json& r) {
           {"histograms", hist},
           {"has_histograms", !hist.empty()},
           {"sensitivity", sensitivity(sens)},
+          {"exports", exports(r)},
           {"tune", tune(get(r, "tune"))}};
 }
 

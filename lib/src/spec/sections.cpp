@@ -427,11 +427,49 @@ void check_tune(const Section& s) {
                                       " (min_speedup alone does not steer the search)");
 }
 
+// quantize.export: {formats, opset, target, tensorrt_version, input_shape};
+// the format names are checked against the exporter registry with the
+// backend, before the model loads (check_export_spec).
+void read_export(const Section& s, ExportSpec& e) {
+  s.only({"formats", "opset", "target", "tensorrt_version", "input_shape"});
+  if (const Node* n = s.get("formats")) {
+    e.formats = list_of<std::string>(to_nonempty, "a list of export formats", true)(
+        *n, s.at("formats"));
+    if (e.formats.empty()) type_error(*n, s.at("formats"), "at least one export format");
+    for (size_t i = 0; i < e.formats.size(); ++i)
+      e.format_locs.push_back(n->is_scalar() ? n->loc : n->items[i]->loc);
+  }
+  s.read("opset", e.opset, [](const Node& n, const std::string& path) {
+    const int v = int_at_least(1)(n, path);
+    if (v < 13 || v > 17)
+      fail(n, path,
+           quote_value(n.text) +
+               " is not a supported opset (expected 13 to 17: per-channel Q/DQ needs 13, "
+               "ONNX 1.12 knows up to 17)");
+    return v;
+  });
+  s.read("target", e.target, one_of({"ort", "tensorrt"}));
+  s.read("tensorrt_version", e.tensorrt_version, [](const Node& n, const std::string& path) {
+    const std::string v = to_nonempty(n, path);
+    if (!std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(c); }))
+      fail(n, path,
+           quote_value(v) + " is not a TensorRT version number (expected digits as TensorRT "
+                            "writes them in a cache header, e.g. 8601 for 8.6.1)");
+    return v;
+  });
+  if (const Node* n = s.get("input_shape")) {
+    const auto dims = list_of<int>(int_at_least(1), "a list of positive integers (one sample's "
+                                                    "shape, without the batch dimension)")(
+        *n, s.at("input_shape"));
+    e.input_shape.assign(dims.begin(), dims.end());
+  }
+}
+
 void read_quantize(const Section& s, QuantizeSpec& q) {
   std::vector<std::string> keys{
       "backend", "mode",         "algorithm",  "default_layer_dtype", "default_activation_dtype",
       "layers",  "skip_names",   "model_path", "results_dir",         "backend_kwargs",
-      "device",  "timing_cache", "tune",       "sensitivity"};
+      "device",  "timing_cache", "tune",       "sensitivity",         "export"};
   for (const auto& d : algorithm_defs()) keys.emplace_back(d.key);
   s.only(keys);
   s.read("backend", q.backend, to_nonempty);
@@ -454,6 +492,7 @@ void read_quantize(const Section& s, QuantizeSpec& q) {
   read_algorithms(s, q);
   if (const Node* n = s.get("tune")) check_tune(Section(*n, s.at("tune")));
   check_sensitivity(s);
+  if (const Node* n = s.get("export")) read_export(Section(*n, s.at("export")), q.export_spec);
 }
 
 PreprocessSpec read_preprocess(const Section& s) {

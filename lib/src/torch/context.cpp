@@ -2,10 +2,15 @@
 
 #include "taoquant/backend.h"
 #include "taoquant/model.h"
+#include "taoquant/record.h"
 
 namespace tq {
 
-QuantizeContext::QuantizeContext(const Plan& p, torch::jit::Module& m) : plan(p), model(m) {}
+QuantizeContext::QuantizeContext(const Plan& p, torch::jit::Module& m)
+    : plan(p), model(m), record_(std::make_unique<QuantRecord>()) {
+  record_->mode = p.mode;
+  record_->backend = p.backend_resolved;
+}
 
 QuantizeContext::~QuantizeContext() = default;
 

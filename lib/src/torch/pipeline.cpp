@@ -10,7 +10,9 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include "export_stage.h"
 #include "taoquant/data.h"
+#include "taoquant/export.h"
 #include "taoquant/html_report.h"
 #include "taoquant/latency.h"
 #include "taoquant/model.h"
@@ -50,13 +52,14 @@ void check_device(const Spec& spec) {
 struct CheckedBackend {
   BackendRegistry::Resolved backend;
   BackendOptions options;
+  std::vector<const ExporterInfo*> exporters;  // quantize.export
 };
 
 // Everything about the backend that can be checked before the model loads.
 CheckedBackend resolve_backend(const Spec& spec) {
   auto b = BackendRegistry::instance().resolve(spec.quantize.backend, spec.loc("quantize.backend"));
   auto options = check_capabilities(spec, b);
-  return {b, std::move(options)};
+  return {b, std::move(options), check_export_spec(spec)};
 }
 
 // Which layers cross-layer equalization pairs, shown by inspect before any work.
@@ -197,6 +200,7 @@ void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ct
     loader = make_data_loader(spec, *spec.dataset.quant_calibration_dataset,
                               "dataset.quant_calibration_dataset", /*want_labels=*/false);
     data = std::make_unique<CalibrationData>(*loader, opts.on_progress);
+    if (ctx.record().input_shapes.empty()) record_inputs_from(ctx.record(), data->first().inputs);
   };
   ctx.on_progress = opts.on_progress;
   nlohmann::json stages = nlohmann::json::object();  // algorithm stage facts, for the report
@@ -224,6 +228,10 @@ void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ct
     stages["weights"] = ctx.calibration.value("algorithms", nlohmann::json::object());
     ctx.calibration = data->facts();
   }
+  // The float model as the backend gets it: the record's model when the
+  // backend records none itself (a shallow copy: tensors the backend
+  // replaces stay float here).
+  const torch::jit::Module before_backend = ctx.model.clone(/*inplace=*/true);
   run_stage(name, "prepare", opts.verbose, [&] { quantizer.prepare(ctx); });
   if (auto* cal = dynamic_cast<Calibratable*>(&quantizer); cal && ctx.plan.mode == Mode::kStatic) {
     open_data();
@@ -234,6 +242,8 @@ void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ct
     ctx.calibration["seconds"] = times.calibrate_s;
   }
   run_stage(name, "quantize", opts.verbose, [&] { quantizer.quantize(ctx); });
+  if (!ctx.record().model) record_model(ctx, before_backend);
+  complete_record(ctx.record(), ctx.layer_results(), name);
   if (!stages.empty()) ctx.calibration["algorithms"] = stages;
   times.quantize_s = since(t0) - times.calibrate_s - times.algorithms_s;
 }
@@ -344,12 +354,14 @@ CheckedBackend check_before_model(const Spec& spec) {
 // fingerprint, is written whole and synced under its temporary name, then
 // renamed into place first, the artifact last, and the directory synced.
 // A failure before the renames leaves the earlier pair as it was.
-void publish_result(QuantizeOutcome& out, const std::string& artifact_partial) {
+void publish_result(QuantizeOutcome& out, const std::string& artifact_partial,
+                    StagedExports& staged) {
   const std::string report_partial = partial_path(out.report_path);
   try {
     out.report["artifact"].update(
         artifact_fingerprint(artifact_partial, fs::path(out.artifact_path).filename().string()));
     write_file_atomic(report_partial, out.report.dump(2) + "\n");
+    staged.publish();
     rename_file(report_partial, out.report_path);
   } catch (...) {
     std::error_code ec;
@@ -439,7 +451,14 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.artifact_file_bytes = file_size_or_zero(partial);
   out.total_seconds = since(t_start);
 
-  try {  // the report; on failure the unpublished artifact goes too
+  StagedExports staged;  // removed unless published
+  try {  // exports and the report; on failure the unpublished artifact goes too
+    fill_record_inputs(spec, ctx.record(), !checked.exporters.empty());
+    const ExportJob job{ctx.record(), spec.quantize.export_spec, out.requested_backend,
+                        spec.quantize.algorithm, {}};
+    t0 = Clock::now();
+    staged.write(checked.exporters, job, results_dir.string(), /*write_record=*/true);
+    const double export_s = since(t0);
     QuantizeReportInput in{spec,
                            out,
                            ctx.backend_meta,
@@ -453,6 +472,9 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
                             {"total_s", out.total_seconds}}};
     out.report = make_quantize_report(in);
     out.report["timing_cache"] = out.timing_cache;
+    out.report["quantization"] = ctx.record().to_json();
+    out.report["timings"]["export_s"] = export_s;
+    staged.add_to_report(out.report, spec.quantize.export_spec);
     t0 = Clock::now();
     nlohmann::json sensitivity = report_sensitivity(spec, out, opts);
     if (!sensitivity.is_null()) {
@@ -466,7 +488,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
     fs::remove(partial, ec);
     throw;
   }
-  publish_result(out, partial);
+  publish_result(out, partial, staged);
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "taoquant/weight_quant.h"
 
+#include "taoquant/record.h"
+
 #include <algorithm>
 
 #include <torch/script.h>
@@ -101,18 +103,22 @@ wformat::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,
 }
 
 void quantize_weights(QuantizeContext& ctx, const WeightStoreFn& store) {
+  // The record's model: the float weights, before `store` replaces them.
+  if (!ctx.record().model) record_model(ctx, ctx.model);
   for (const auto& lp : ctx.plan.layers) {
     auto layer = find_submodule(ctx.model, lp.info.name);
     auto w = layer.attr("weight").toTensor();
     size_t before = static_cast<size_t>(w.numel()) * w.element_size();
     if (!lp.quantized() || !lp.weights.quantized()) {
       ctx.add_layer_result(kept_float_result(lp, before));
+      record_float(ctx, lp.info.name, ctx.layer_results().back().reason);
       continue;
     }
     // The backend's declared qparam constraints apply to the scales computed here.
     wformat::QuantizedWeight q = quantize_planned_weight(ctx, ctx.model, lp);
     std::string note;
     size_t after = store(lp, q, note);
+    record_weight(ctx, lp, q);
     auto r = weight_layer_result(lp, q, before, after);
     if (!note.empty()) r.reason = r.reason.empty() ? note : r.reason + "; " + note;
     ctx.add_layer_result(std::move(r));

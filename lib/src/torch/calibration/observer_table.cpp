@@ -146,7 +146,7 @@ std::string descend_input(const torch::jit::Module& m, const std::string& path) 
 }
 
 // What value an observer call observes, in words: "<layer>:input",
-// "<layer>:weight", "<module>:output" or "<module>:<op>".
+// "<layer>:weight", "<module>:<attribute>", "<module>:output" or "<module>:<op>".
 std::string label_for(torch::jit::Node* call, const torch::jit::Module& owner,
                       const std::string& prefix) {
   using namespace torch::jit;
@@ -169,6 +169,7 @@ std::string label_for(torch::jit::Node* call, const torch::jit::Module& owner,
   if (def->kind() == prim::CallMethod && def->input(0)->node()->kind() == prim::GetAttr)
     return join_path(prefix, def->input(0)->node()->s(attr::name)) + ":output";
   if (def->kind() == prim::Param) return prefix + ":input";
+  if (def->kind() == prim::GetAttr) return prefix + ":" + def->s(attr::name);  // a LayerNorm's bias
   return prefix + ":" + std::string(def->kind().toUnqualString());
 }
 

@@ -16,7 +16,9 @@ namespace prim = torch::jit::prim;
 std::optional<std::string> layer_of(Node* op) {
   if (op->inputs().size() < 2) return std::nullopt;
   Value* w = op->input(1);
-  if (w->node()->kind() == c10::Symbol::fromQualString("taoquant::observe"))
+  // Through an observer call on the weight, or the mark that replaced it.
+  if (w->node()->kind() == c10::Symbol::fromQualString("taoquant::observe") ||
+      w->node()->kind() == c10::Symbol::fromQualString("taoquant::mark"))
     w = w->node()->input(0);
   if (w->node()->kind() != prim::GetAttr || w->node()->s(torch::jit::attr::name) != "weight")
     return std::nullopt;

@@ -1,0 +1,85 @@
+// The calibrated state of the libtorch backend's static PTQ, private to
+// backends/libtorch/: calibrate_static makes it, convert_static consumes it,
+// and record_static describes the result in the neutral record.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+#include "taoquant/calibration.h"
+#include "taoquant/data.h"
+#include "taoquant/model.h"
+#include "taoquant/steps.h"
+#include "taoquant/weight_algorithms.h"
+
+namespace tq::libtorch {
+
+// How many leading samples of a layer's held-out input its per-layer SQNR
+// is measured on (static_ptq.cpp).
+int64_t sqnr_sample_count(const at::Tensor& x, const at::Tensor& w);
+
+struct StaticSession {
+  std::unique_ptr<ObserverTable> table;
+  torch::jit::Module folded;    // BN-folded, specialized float model
+  torch::jit::Module observed;  // folded + observers
+  std::vector<at::Tensor> holdout;
+  std::unique_ptr<StepTimer> steps;  // calibrate() through convert()
+  bool check_speed = true;           // backend_kwargs.latency_check
+  bool reduce_range = false;         // 7-bit activations (engine.cpp)
+  std::vector<int64_t> latency_batch_sizes = {1, 32};
+  std::set<std::string> keep_float;            // layers kept float by the speed check
+  std::map<std::string, std::string> reasons;  // layer -> why it stays float
+  CalibrationData* data = nullptr;             // alive from calibrate() through convert()
+  std::map<std::string, BiasShift> shifts;     // bias correction, by layer (in `folded`)
+  // Each layer's bias (attribute path in `folded`) before bias correction
+  // and the accumulator grid moved it: the float model's.
+  std::map<std::string, at::Tensor> float_biases;
+  // Each layer's float input and output (leading samples) and the model's
+  // float output on the held-out batch: one pass of a tapped copy of
+  // `folded`, or of `observed` when the held-out batch is also the only
+  // calibration batch (that pass calibrates).
+  LayerCapture cap;
+  bool captured = false;
+  Batch first;                 // the first calibration batch
+  bool input_checked = false;  // a pass over `first` succeeded
+  CaptureOptions capture_options() const {
+    CaptureOptions o;
+    o.outputs = true;
+    o.samples = [this](const std::string& layer, const at::Tensor& x) {
+      try {
+        return sqnr_sample_count(x, find_submodule(folded, layer).attr("weight").toTensor());
+      } catch (const std::exception&) {
+        return x.dim() > 0 ? x.size(0) : int64_t{1};
+      }
+    };
+    return o;
+  }
+  const LayerCapture& capture() {
+    if (!captured) {
+      cap = capture_layers(folded, holdout, capture_options());
+      captured = true;
+    }
+    return cap;
+  }
+};
+
+// Each quantized layer's bias on its int32 accumulator's grid (step s_in *
+// s_w[c]): LibTorch's kernels add a float bias, the int8 kernels of ONNX
+// Runtime and TensorRT an int32 one; on that grid both compute the same
+// numbers. Moves a bias by at most half a step of the accumulator, far
+// below one step of the output. Keeps the float biases (s.float_biases)
+// the first time.
+void snap_biases(QuantizeContext& ctx, StaticSession& s);
+
+// The session's result in the neutral record (record.h): the observed
+// model with its marks, each observer's range, each layer's int8 weight
+// codes and input range, and the layers kept float; `float_artifact`: the
+// artifact is the float model (every layer kept float).
+void record_static(QuantizeContext& ctx, StaticSession& s, bool float_artifact);
+
+}  // namespace tq::libtorch

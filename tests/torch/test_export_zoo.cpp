@@ -1,0 +1,67 @@
+// ONNX export over the torchvision zoo (untrained weights, random images):
+// every architecture static int8 covers exports, ONNX Runtime's float
+// outputs are LibTorch's, and its Q/DQ outputs follow the TorchScript int8
+// artifact's.
+#include <torch/script.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "onnx_test_util.h"
+#include "taoquant/pipeline.h"
+#include "test_data_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kModels = TQ_MODELS_DIR;
+
+const char* const kZoo[] = {"resnet18",        "resnet50",      "mobilenet_v2",
+                            "mobilenet_v3_small", "shufflenet_v2_x1_0", "squeezenet1_1",
+                            "efficientnet_b0", "regnet_x_400mf", "densenet121",
+                            "googlenet",       "mnasnet1_0",    "vit_b_16"};
+
+at::Tensor zoo_images(int64_t n) {
+  const tq::Spec spec = tq::parse_spec_text(
+      "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
+          "/tv/imagenet_rand_n8_224.npz\n    batch_size: 8\n",
+      "<zoo>");
+  auto loader = tq::make_data_loader(spec, *spec.dataset.quant_calibration_dataset,
+                                     "dataset.quant_calibration_dataset", false);
+  tq::Batch b;
+  REQUIRE(loader->next(b));
+  return b.inputs[0].narrow(0, 0, n).contiguous();
+}
+
+}  // namespace
+
+TEST_CASE("ONNX export over the torchvision zoo: float equals LibTorch, Q/DQ follows the artifact",
+          "[export][onnx][zoo]") {
+  if (!tq::test::ort_available()) FAIL("ONNX Runtime is not installed: run scripts/ort/install.sh");
+  const at::Tensor x = zoo_images(4);
+  for (const char* arch : kZoo) {
+    DYNAMIC_SECTION(arch) {
+      const std::string model = kModels + "/tv/" + arch + ".pt";
+      REQUIRE(fs::exists(model));
+      const std::string dir = tqtest_data::temp_dir(std::string("zoo-onnx-") + arch);
+      const std::string text =
+          "results_dir: " + dir + "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n" +
+          "  default_layer_dtype: int8\n  default_activation_dtype: int8\n  model_path: " +
+          model + "\n  sensitivity: false\n  backend_kwargs: {latency_check: false}\n" +
+          "  export: {formats: [onnx, onnx_qdq]}\ndataset:\n  quant_calibration_dataset:\n" +
+          "    data_file: " + kModels + "/tv/imagenet_rand_n8_224.npz\n    batch_size: 4\n";
+      const auto out = tq::run_quantize(tq::parse_spec_text(text, "<zoo>"));
+      for (const char* f : {"/model_float.onnx", "/quantized_model_libtorch.onnx"})
+        CHECK(tq::test::python_onnx_check(dir + f).empty());
+      const at::Tensor ref = tq::test::torch_outputs(model, x, 4);
+      const at::Tensor fl = tq::test::ort_run(dir + "/model_float.onnx", {x}).at(0);
+      INFO(arch << ": float max relative difference " << tq::test::max_rel_diff(fl, ref));
+      CHECK(tq::test::max_rel_diff(fl, ref) < 1e-4);
+      const at::Tensor art = tq::test::torch_outputs(out.artifact_path, x, 4);
+      const at::Tensor q = tq::test::ort_run(dir + "/quantized_model_libtorch.onnx", {x}).at(0);
+      INFO(arch << ": Q/DQ cosine against the artifact " << tq::test::mean_cosine(q, art));
+      CHECK(tq::test::mean_cosine(q, art) >= 0.99);
+      fs::remove_all(dir);
+    }
+  }
+}
