@@ -254,12 +254,12 @@ void convert_node(Converter& c, Node* n, const torch::jit::Module& model) {
     throw RuntimeError("ONNX export: " + std::string(kind.toQualString()) +
                        " has no ONNX mapping in tao-quant: " + c.node_where(n));
   row->second(c, n);
-  if (jit::passes_ranges(n) && n->outputs().size() == 1 && !n->inputs().empty() &&
+  if (n->outputs().size() == 1 && !n->inputs().empty() &&
       c.has_binding(n->input(0)) && c.binding(n->input(0)).kind == Bound::Kind::kTensor &&
       c.has_binding(n->output()) && c.binding(n->output()).kind == Bound::Kind::kTensor) {
     const std::string& y = c.binding(n->output()).name;
-    const std::string seen = c.opts.policy->passed(c, n->kind().toUnqualString(),
-                                                   c.binding(n->input(0)).name, y);
+    const std::string seen =
+        c.opts.policy->passed(c, n->kind().toQualString(), c.binding(n->input(0)).name, y);
     if (seen != y) c.bind(n->output(), seen);
   }
   // In place (`add_`, `relu_`): later readers of the input see the result.

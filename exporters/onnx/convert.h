@@ -77,9 +77,9 @@ class QuantPolicy {
   }
   // The output of a layer op (a conv's, a Linear's), as its readers see it.
   virtual void layer_output(const std::string& y) { (void)y; }
-  // `y`, made by an op that LibTorch runs on a quantized tensor keeping its
-  // scale and zero point (pooling, clamp, reshape: jit::passes_ranges),
-  // from `x`; returns what readers of the op's output see.
+  // `y`, made by the op `op` ("aten::max_pool2d") from `x`; returns what
+  // readers of the op's output see (a policy that follows quantized
+  // tensors through ops that keep or fix their parameters).
   virtual std::string passed(Converter& c, const std::string& op, const std::string& x,
                              const std::string& y) {
     (void)c, (void)op, (void)x;

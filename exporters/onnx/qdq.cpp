@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "taoquant/error.h"
+#include "taoquant/jit.h"
 #include "taoquant/record.h"
 
 namespace tq::onnx_export {
@@ -103,18 +104,37 @@ std::string QdqPolicy::layer_input(Converter& c, const std::string& layer, const
   return t && !t->scale.empty() ? qdq(c, x, *t) : x;
 }
 
+const QuantTensor& QdqPolicy::fixed(const std::string& op, float scale, int32_t zero_point) {
+  QuantTensor& t = fixed_[op];
+  if (t.scale.empty()) {
+    t.name = "fixed." + op.substr(op.find(':') + 2);
+    t.dtype = DType::kUInt8;
+    t.scale = {scale};
+    t.zero_point = {zero_point};
+  }
+  return t;
+}
+
 std::string QdqPolicy::passed(Converter& c, const std::string& op, const std::string& x,
                               const std::string& y) {
   const QuantTensor* t = carried(x);
   if (!t || x == y) return y;
+  // On a quantized input, LibTorch's sigmoid, hardsigmoid and tanh give
+  // their output fixed parameters (a grid of 1/256 over their range).
+  if (op == "aten::sigmoid" || op == "aten::sigmoid_" || op == "aten::hardsigmoid" ||
+      op == "aten::hardsigmoid_")
+    return qdq(c, y, fixed(op, 1.0f / 256, 0));
+  if (op == "aten::tanh" || op == "aten::tanh_") return qdq(c, y, fixed(op, 2.0f / 256, 128));
+  if (jit::op_info(op).role != jit::OpRole::kPassesRanges) return y;
   carried_[y] = t;
-  // LibTorch's quantized clamp, average pooling and mean requantize their
-  // result with the input's parameters (a clamp bound, an average, lands
-  // on the grid); shape ops, max pooling and relu keep grid values as they are.
-  static const char* const kRounds[] = {"hardtanh", "hardtanh_", "clamp", "clamp_",
-                                        "avg_pool1d", "avg_pool2d", "avg_pool3d",
-                                        "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-                                        "adaptive_avg_pool3d", "mean", "upsample_nearest2d"};
+  // Its quantized clamp, average pooling and mean requantize their result
+  // with the input's parameters (a clamp bound, an average, lands on the
+  // grid); shape ops, max pooling and relu keep grid values as they are.
+  static const char* const kRounds[] = {
+      "aten::hardtanh",          "aten::hardtanh_",          "aten::clamp",
+      "aten::clamp_",            "aten::avg_pool1d",         "aten::avg_pool2d",
+      "aten::avg_pool3d",        "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d",
+      "aten::adaptive_avg_pool3d", "aten::mean",             "aten::upsample_nearest2d"};
   for (const char* r : kRounds)
     if (op == r) return qdq(c, y, *t);
   return y;

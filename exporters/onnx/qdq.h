@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "convert.h"
+#include "taoquant/record.h"
 
 namespace tq::onnx_export {
 
@@ -57,7 +58,11 @@ class QdqPolicy : public QuantPolicy {
   std::string requantized(Converter& c, const std::string& x);
 
  private:
+  // The fixed output parameters of an op on a quantized input (sigmoid).
+  const QuantTensor& fixed(const std::string& op, float scale, int32_t zero_point);
+
   std::map<std::string, const QuantTensor*> dq_of_, carried_;
+  std::map<std::string, QuantTensor> fixed_;
   std::map<const QuantTensor*, std::pair<std::string, std::string>> qparams_;
   size_t activations_ = 0, weights_ = 0;
 };

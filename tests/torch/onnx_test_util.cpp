@@ -109,7 +109,8 @@ onnx::ModelProto read_model(const std::string& path) {
 
 std::vector<std::string> onnx_op_types(const std::string& path) {
   std::vector<std::string> out;
-  for (const auto& n : read_model(path).graph().node())
+  const onnx::ModelProto m = read_model(path);
+  for (const auto& n : m.graph().node())
     out.push_back(n.domain().empty() || n.domain() == "ai.onnx" ? n.op_type()
                                                                   : n.domain() + ":" + n.op_type());
   return out;
@@ -163,6 +164,11 @@ at::Tensor torch_outputs(const std::string& model, const at::Tensor& x, int64_t 
     out.push_back(y.isTensor() ? y.toTensor() : y.toTuple()->elements()[0].toTensor());
   }
   return at::cat(out);
+}
+
+double rel_error(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor x = a.to(at::kDouble), y = b.to(at::kDouble);
+  return (x - y).norm().item<double>() / std::max(1e-300, y.norm().item<double>());
 }
 
 double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {

@@ -38,6 +38,8 @@ std::pair<at::Tensor, at::Tensor> fmnist_test_set(int64_t n = 0);
 // A TorchScript model's (first) output on `x` in batches of `batch`.
 at::Tensor torch_outputs(const std::string& model, const at::Tensor& x, int64_t batch = 500);
 
+// ||a - b|| / ||b|| (Euclidean, over all elements).
+double rel_error(const at::Tensor& a, const at::Tensor& b);
 // max |a - b| / max |b|.
 double max_rel_diff(const at::Tensor& a, const at::Tensor& b);
 // Mean cosine similarity of the rows of a and b (flattened per sample).

@@ -58,8 +58,11 @@ struct CheckedBackend {
 // Everything about the backend that can be checked before the model loads.
 CheckedBackend resolve_backend(const Spec& spec) {
   auto b = BackendRegistry::instance().resolve(spec.quantize.backend, spec.loc("quantize.backend"));
+  // quantize.export first: a target's own rules (TensorRT's) name what it
+  // cannot take more precisely than the backend's tables.
+  auto exporters = check_export_spec(spec);
   auto options = check_capabilities(spec, b);
-  return {b, std::move(options), check_export_spec(spec)};
+  return {b, std::move(options), std::move(exporters)};
 }
 
 // Which layers cross-layer equalization pairs, shown by inspect before any work.
