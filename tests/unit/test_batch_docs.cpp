@@ -151,6 +151,9 @@ TEST_CASE("batch docs: Slurm array recipe", "[batch][docs]") {
   check_partition(got, 4);
   CHECK_THAT(text, Contains("--dependency=afterany"));
   CHECK_THAT(text, Contains("tao-quant report merge"));
+  // Slurm sets no CI=true: without --keep-going one failed job would skip the
+  // rest of its task. --resume: a resubmitted task redoes only what is missing.
+  CHECK_THAT(batch_command(text), Contains("--keep-going") && Contains("--resume"));
 }
 
 TEST_CASE("batch docs: Kubernetes Indexed Job recipe", "[batch][docs]") {
@@ -165,5 +168,7 @@ TEST_CASE("batch docs: Kubernetes Indexed Job recipe", "[batch][docs]") {
     got.push_back(
         shard_arg(bash_words(batch_command(cmd), "JOB_COMPLETION_INDEX=" + std::to_string(i))));
   check_partition(got, 4);
+  CHECK_THAT(cmd, Contains("--keep-going") && Contains("--resume"));  // as for Slurm
   CHECK_THAT(doc_section("kubernetes"), Contains("tao-quant report merge"));
+  CHECK_THAT(doc_section("kubernetes"), Contains("Not run here"));
 }
