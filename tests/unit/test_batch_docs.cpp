@@ -154,6 +154,8 @@ TEST_CASE("batch docs: Slurm array recipe", "[batch][docs]") {
   // Slurm sets no CI=true: without --keep-going one failed job would skip the
   // rest of its task. --resume: a resubmitted task redoes only what is missing.
   CHECK_THAT(batch_command(text), Contains("--keep-going") && Contains("--resume"));
+  // tests/slurm/test_slurm_recipe.cpp runs this snippet on a real cluster.
+  CHECK_THAT(doc_section("slurm"), Contains("run by the test suite on a one-node Slurm 22.05"));
 }
 
 TEST_CASE("batch docs: Kubernetes Indexed Job recipe", "[batch][docs]") {
