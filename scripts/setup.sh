@@ -5,7 +5,7 @@
 # Usage: scripts/setup.sh [--no-build] [--demo]
 #   --no-build   install/check packages and BLAS only; no configure, no build
 #   --demo       only what scripts/demo.sh needs: no test-only packages
-#                (chromium), build only the tao-quant target
+#                (chromium, strace, Slurm), build only the tao-quant target
 # Environment:
 #   BUILD_DIR    build folder (default: build/ at the repository root;
 #                a relative path is taken from the repository root)
@@ -41,10 +41,11 @@ PACKAGES=(
   libonnx-dev
 )
 # Only the tests need these (headless Chromium loads the HTML reports; strace
-# injects faults into quantize runs).
-# python3-onnx: the ONNX checker from Python, an independent check of the
-# exported files; nodejs: npm installs ONNX Runtime (scripts/ort/install.sh).
-TEST_PACKAGES=(chromium strace python3-onnx nodejs)
+# injects faults into quantize runs; Slurm, munge and iproute2 make the
+# throwaway one-node cluster of scripts/slurm/cluster.sh; python3-onnx: the
+# ONNX checker from Python, an independent check of the exported files;
+# nodejs: npm installs ONNX Runtime (scripts/ort/install.sh)).
+TEST_PACKAGES=(chromium strace slurm-wlm munge iproute2 python3-onnx nodejs)
 if [[ ${DEMO} -eq 0 ]]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
 fi

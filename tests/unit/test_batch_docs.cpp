@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "batch_test_util.h"
+#include "doc_snippets.h"
 #include "spec/node.h"
 #include "taoquant/batch.h"
 
@@ -29,26 +30,8 @@ std::string str(const json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
-const std::string kDoc = tqtest::slurp(std::string(TQ_SOURCE_DIR) + "/docs/batch.md");
-
-// The fenced block after `<!-- snippet: NAME -->`.
-std::string snippet(const std::string& name) {
-  const size_t mark = kDoc.find("<!-- snippet: " + name + " -->");
-  REQUIRE(mark != std::string::npos);
-  const size_t open = kDoc.find("```", mark);
-  const size_t body = kDoc.find('\n', open) + 1;
-  const size_t close = kDoc.find("\n```", body);
-  REQUIRE(close != std::string::npos);
-  return kDoc.substr(body, close - body + 1);
-}
-
-// The text of the section that holds the snippet (from its ### heading on).
-std::string section(const std::string& name) {
-  const size_t mark = kDoc.find("<!-- snippet: " + name + " -->");
-  const size_t start = kDoc.rfind("\n### ", mark);
-  const size_t end = kDoc.find("\n### ", mark);
-  return kDoc.substr(start, end == std::string::npos ? std::string::npos : end - start);
-}
+using tqtest::doc_section;
+using tqtest::doc_snippet;
 
 // The words bash makes of `command` with `env` set, e.g. to see what
 // `--shard $((JOB_COMPLETION_INDEX + 1))/4` becomes.
@@ -114,7 +97,7 @@ std::string batch_command(const std::string& text) {
 }  // namespace
 
 TEST_CASE("batch docs: GitHub Actions matrix recipe", "[batch][docs]") {
-  json y = load_yaml(snippet("github"));
+  json y = load_yaml(doc_snippet("github"));
   const json shards = y["jobs"]["zoo"]["strategy"]["matrix"]["shard"];
   REQUIRE(shards.is_array());
   std::string run;
@@ -139,7 +122,7 @@ TEST_CASE("batch docs: GitHub Actions matrix recipe", "[batch][docs]") {
 }
 
 TEST_CASE("batch docs: GitLab parallel recipe", "[batch][docs]") {
-  json y = load_yaml(snippet("gitlab"));
+  json y = load_yaml(doc_snippet("gitlab"));
   const int n = y["zoo"]["parallel"].get<int>();
   std::string script;
   for (const auto& line : y["zoo"]["script"]) script += str(line) + "\n";
@@ -155,7 +138,7 @@ TEST_CASE("batch docs: GitLab parallel recipe", "[batch][docs]") {
 }
 
 TEST_CASE("batch docs: Slurm array recipe", "[batch][docs]") {
-  const std::string text = snippet("slurm");
+  const std::string text = doc_snippet("slurm");
   CHECK(text.rfind("#!/bin/bash\n", 0) == 0);
   const size_t at = text.find("#SBATCH --array=");
   REQUIRE(at != std::string::npos);
@@ -168,10 +151,15 @@ TEST_CASE("batch docs: Slurm array recipe", "[batch][docs]") {
   check_partition(got, 4);
   CHECK_THAT(text, Contains("--dependency=afterany"));
   CHECK_THAT(text, Contains("tao-quant report merge"));
+  // Slurm sets no CI=true: without --keep-going one failed job would skip the
+  // rest of its task. --resume: a resubmitted task redoes only what is missing.
+  CHECK_THAT(batch_command(text), Contains("--keep-going") && Contains("--resume"));
+  // tests/slurm/test_slurm_recipe.cpp runs this snippet on a real cluster.
+  CHECK_THAT(doc_section("slurm"), Contains("run by the test suite on a one-node Slurm 22.05"));
 }
 
 TEST_CASE("batch docs: Kubernetes Indexed Job recipe", "[batch][docs]") {
-  json y = load_yaml(snippet("kubernetes"));
+  json y = load_yaml(doc_snippet("kubernetes"));
   CHECK(str(y["kind"]) == "Job");
   CHECK(str(y["spec"]["completionMode"]) == "Indexed");
   const int n = y["spec"]["completions"].get<int>();
@@ -182,5 +170,7 @@ TEST_CASE("batch docs: Kubernetes Indexed Job recipe", "[batch][docs]") {
     got.push_back(
         shard_arg(bash_words(batch_command(cmd), "JOB_COMPLETION_INDEX=" + std::to_string(i))));
   check_partition(got, 4);
-  CHECK_THAT(section("kubernetes"), Contains("tao-quant report merge"));
+  CHECK_THAT(cmd, Contains("--keep-going") && Contains("--resume"));  // as for Slurm
+  CHECK_THAT(doc_section("kubernetes"), Contains("tao-quant report merge"));
+  CHECK_THAT(doc_section("kubernetes"), Contains("Not run here"));
 }
