@@ -87,6 +87,12 @@ class QuantPolicy {
   }
   // The inputs of a Concat, which LibTorch concatenates quantized.
   virtual void concat_inputs(Converter& c, std::vector<std::string>& xs) { (void)c, (void)xs; }
+  // Whether `name` is a quantized constant (the Q/DQ of a recorded weight
+  // that no layer of the plan owns: nn.MultiheadAttention's in_proj_weight).
+  virtual bool quantized_constant(const std::string& name) const {
+    (void)name;
+    return false;
+  }
   // A mark on a constant (`v`): a layer's weight, which the layer's op
   // writes (nullopt: the constant as it is), or another quantized constant.
   virtual std::optional<std::string> constant_mark(Converter& c, Value* v, int64_t mark) {

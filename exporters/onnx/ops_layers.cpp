@@ -93,8 +93,30 @@ void convolution(Converter& c, Node* n) {
 
 // aten::linear(input, weight, bias): Gemm on 2-D inputs; other ranks are
 // flattened to 2-D around it, so that runtimes fuse the quantized form.
+// A Linear whose weight is a quantized constant no planned layer owns
+// (nn.MultiheadAttention's in_proj): a Gemm on its Q/DQ weight, so that the
+// runtime fuses it as it fuses the layers.
+void quantized_constant_linear(Converter& c, Node* n, const std::string& w) {
+  QuantPolicy& p = *c.opts.policy;
+  const auto& wd = c.dims(n->input(1));
+  std::string x = in(c, n, 0);
+  const bool flat = c.dims(n->input(0)).size() != 2;
+  if (flat) x = reshape_to(c, n, x, {-1, wd.at(1)});
+  std::vector<std::string> ins{x, w};
+  if (!c.is_none(n->input(2)))
+    ins.push_back(c.is_constant(n->input(2))
+                      ? p.bias(c, c.base(n, "linear"), c.constant_tensor(n->input(2)), x, w,
+                               [&] { return c.tensor(n->input(2)); })
+                      : in(c, n, 2));
+  std::string y = c.b.node1("Gemm", ins, c.base(n, "Gemm"), {Attr::Int("transB", 1)});
+  if (flat) y = reshape_to(c, n, y, c.dims(n->output()));
+  c.bind(n->output(), y);
+}
+
 void linear(Converter& c, Node* n) {
   const std::string layer = c.layer_of(n);
+  if (!c.is_constant(n->input(1)) && c.opts.policy->quantized_constant(in(c, n, 1)))
+    return quantized_constant_linear(c, n, in(c, n, 1));
   if (!c.is_constant(n->input(1))) {  // a weight computed in the graph
     std::string y = c.b.node1("MatMul",
                               {in(c, n, 0), c.b.node1("Transpose", {in(c, n, 1)},
@@ -149,9 +171,10 @@ void add_product(Converter& c, Node* n) {
 void batch_norm(Converter& c, Node* n) {
   if (c.constant(n->input(5)).toBool())
     throw RuntimeError("ONNX export: BatchNorm in training mode: " + c.node_where(n));
-  const at::Tensor mean = c.constant_tensor(n->input(3));
+  // (The parameters may be quantized constants, Q/DQ of their stored codes.)
+  const int64_t channels = c.dims(n->input(0)).at(1);
   auto param = [&](size_t i, float fill) {
-    return c.is_none(n->input(i)) ? c.b.initializer(c.base(n, "bn"), at::full_like(mean, fill))
+    return c.is_none(n->input(i)) ? c.b.initializer(c.base(n, "bn"), at::full({channels}, fill))
                                   : in(c, n, i);
   };
   c.bind(n->output(),

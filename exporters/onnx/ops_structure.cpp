@@ -34,6 +34,17 @@ void index(Converter& c, Node* n) {
   c.bind(n->output(), items[static_cast<size_t>(i)]);
 }
 
+// list.append(x) on a list of tensors (DenseNet's features): readers after
+// it see the longer list; readers before it kept the shorter one.
+void append(Converter& c, Node* n) {
+  Bound& list = c.binding(n->input(0));
+  if (list.kind != Bound::Kind::kSeq)
+    throw RuntimeError("ONNX export: append to a list tao-quant does not follow: " +
+                       c.node_where(n));
+  list.items.push_back(c.binding(n->input(1)));
+  c.alias(n->output(), n->input(0));
+}
+
 void mark(Converter& c, Node* n) {
   // A mark on a constant is a weight's observer: the policy writes weights
   // at the layer that reads them.
@@ -67,6 +78,7 @@ void add_structure_ops(OpRows& t) {
   t["prim::TupleIndex"] = index;
   t["aten::__getitem__"] = index;
   t["taoquant::mark"] = mark;
+  t["aten::append"] = append;
   t["prim::NumToTensor"] = num_to_tensor;
   t["prim::unchecked_cast"] = [](Converter& c, Node* n) { c.alias(n->output(), n->input(0)); };
 }

@@ -147,11 +147,30 @@ void QdqPolicy::add_inputs(Converter& c, std::string& a, std::string& b) {
 }
 
 std::optional<std::string> QdqPolicy::constant_mark(Converter& c, Value* v, int64_t mark) {
-  (void)v;
   const QuantTensor* t = c.record() ? c.record()->find_mark(mark) : nullptr;
-  if (!t || t->role != QuantTensor::Role::kWeight || t->codes.empty()) return std::nullopt;
+  if (!t || t->scale.empty()) return std::nullopt;
   ++weights_;
-  return weight_dq(c, *t, false);  // the constant as the backend stores it
+  if (!t->codes.empty()) return weight_dq(c, *t, false);  // the constant as the backend stores it
+  // A range recorded for a constant (an observer on a weight that no layer
+  // of the plan owns, nn.MultiheadAttention's): its codes, as LibTorch's
+  // quantize_per_tensor / per_channel make them with that range.
+  const at::Tensor w = c.constant_tensor(v).detach().to(at::kFloat).contiguous();
+  const auto dt = t->dtype == DType::kUInt8 ? at::kQUInt8 : at::kQInt8;
+  at::Tensor q = t->granularity == Granularity::kPerChannel
+                     ? at::quantize_per_channel(
+                           w, at::tensor(t->scale, at::kDouble),
+                           at::tensor(std::vector<int64_t>(t->zero_point.begin(), t->zero_point.end()),
+                                      at::kLong),
+                           t->axis, dt)
+                     : at::quantize_per_tensor(w, t->scale.at(0), t->zero_point.at(0), dt);
+  q = q.int_repr().contiguous();
+  QuantTensor& k = constants_[t];
+  k = *t;
+  k.role = QuantTensor::Role::kWeight;
+  k.shape = w.sizes().vec();
+  const auto* p = static_cast<const uint8_t*>(q.data_ptr());
+  k.codes.assign(p, p + q.numel());
+  return weight_dq(c, k, false);
 }
 
 void QdqPolicy::concat_inputs(Converter& c, std::vector<std::string>& xs) {

@@ -35,6 +35,9 @@ class QdqPolicy : public QuantPolicy {
                      const std::string& y) override;
   void concat_inputs(Converter& c, std::vector<std::string>& xs) override;
   std::optional<std::string> constant_mark(Converter& c, Value* v, int64_t mark) override;
+  bool quantized_constant(const std::string& name) const override {
+    return dequantized(name) != nullptr;
+  }
 
   size_t activations_written() const { return activations_; }
   size_t weights_written() const { return weights_; }
@@ -63,6 +66,7 @@ class QdqPolicy : public QuantPolicy {
 
   std::map<std::string, const QuantTensor*> dq_of_, carried_;
   std::map<std::string, QuantTensor> fixed_;
+  std::map<const QuantTensor*, QuantTensor> constants_;  // ranges of constants, with their codes
   std::map<const QuantTensor*, std::pair<std::string, std::string>> qparams_;
   size_t activations_ = 0, weights_ = 0;
 };

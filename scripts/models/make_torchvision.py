@@ -59,7 +59,17 @@ def build(arch):
         raise SystemExit("make_torchvision: unknown torchvision model '%s'" % arch)
     torch.manual_seed(0)
     model = getattr(torchvision.models, arch)(weights=None, **KWARGS.get(arch, {}))
-    return recalibrate_bn(model).eval()
+    return recalibrate_bn(random_zero_heads(model)).eval()
+
+
+def random_zero_heads(model):
+    """torchvision initializes some classifier heads to zero (ViT's): every
+    output would then be 0 for every input, and nothing downstream could be
+    compared. Such a Linear gets the default random initialization."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear) and not m.weight.detach().any():
+            m.reset_parameters()
+    return model
 
 
 def recalibrate_bn(model, batches=4, size=224):
