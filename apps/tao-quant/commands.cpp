@@ -42,7 +42,9 @@ void add_options(CLI::App& app, Options& o, const std::vector<OptionRow>& rows) 
     if (row.type_name) opt->type_name(row.type_name);
     if (row.check) opt->check(*row.check);
     if (row.required) opt->required();
-    if (row.delimiter) opt->delimiter(row.delimiter);
+    // A list option takes one argument (split at its delimiter): a key=value
+    // after `--formats a,b` is an override, not a third format.
+    if (row.delimiter) opt->delimiter(row.delimiter)->allow_extra_args(false);
   }
 }
 

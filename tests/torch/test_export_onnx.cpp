@@ -75,6 +75,7 @@ TEST_CASE("ONNX export, static int8: the trained nets run in ONNX Runtime as the
       {"mbv2", ""},
       {"effnet", ""},
       {"vit_qkv", ""},
+      {"vit", ""},  // nn.TransformerEncoder: attention written out as MatMul and Softmax
       {"cnn_imbalanced", "  equalization: true\n"},
   };
   for (const auto& [net, extra] : nets) {
@@ -167,8 +168,8 @@ TEST_CASE("ONNX export, other modes: weight-only (int8, int4 per group), dynamic
   }
 }
 
-TEST_CASE("ONNX export: same inputs, same bytes; errors name the layer and the op; nothing "
-          "half-published",
+TEST_CASE("ONNX export: same inputs give the same bytes, errors name the layer and the op, nothing "
+          "is half-published",
           "[export][onnx]") {
   const std::string cnn = kModels + "/fmnist/cnn.pt";
   SECTION("two runs into two folders write the same ONNX bytes") {
@@ -238,7 +239,7 @@ TEST_CASE("ONNX export: same inputs, same bytes; errors name the layer and the o
   }
 }
 
-TEST_CASE("tao-quant export: a published result without quantizing again; a changed one refused",
+TEST_CASE("tao-quant export: a published result without quantizing again, a changed one refused",
           "[export][onnx][cli]") {
   const std::string dir = tqtest_data::temp_dir("onnx-cmd");
   std::string text = spec_text(kModels + "/fmnist/cnn.pt", dir, "weight_only_ptq", "");

@@ -276,7 +276,8 @@ TEST_CASE("a run that fails, even while its artifact is being written, keeps the
     CHECK(slurp(artifact) == art0);
     CHECK(slurp(results / "quantize_report.json") == rep0);
     CHECK(fs::exists(results / "quantize_report.html"));
-    CHECK(count_files(results) == 3);
+    CHECK(fs::exists(results / "quantization_record.pt"));
+    CHECK(count_files(results) == 4);
   }
 }
 

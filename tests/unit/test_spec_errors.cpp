@@ -152,7 +152,7 @@ TEST_CASE("spec error: unknown quantize key", "[spec]") {
         "spec.yaml:7:3: quantize: unknown key 'algoritm' (did you mean 'algorithm'?); allowed "
         "keys: backend, mode, algorithm, default_layer_dtype, default_activation_dtype, layers, "
         "skip_names, model_path, results_dir, backend_kwargs, device, timing_cache, tune, "
-        "sensitivity, equalization, "
+        "sensitivity, export, equalization, "
         "smoothquant, "
         "awq, weight_rounding, bias_correction");
 }

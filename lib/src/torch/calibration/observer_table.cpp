@@ -152,7 +152,16 @@ std::string label_for(torch::jit::Node* call, const torch::jit::Module& owner,
   using namespace torch::jit;
   Value* v = call->input(1);
   Node* def = v->node();
-  if (def->kind() == prim::GetAttr && def->s(attr::name) == "weight") return prefix + ":weight";
+  // A module attribute, read through its chain from self (a functional
+  // F.linear(x, self.out_proj.weight) in nn.MultiheadAttention): the
+  // module that owns it, ":weight" or the attribute's name.
+  if (def->kind() == prim::GetAttr) {
+    if (auto chain = jit::attr_path(v)) {
+      const auto dot = chain->rfind('.');
+      if (dot == std::string::npos) return prefix + ":" + *chain;
+      return join_path(prefix, chain->substr(0, dot)) + ":" + chain->substr(dot + 1);
+    }
+  }
   for (Value* x : {call->output(), v}) {
     for (const auto& u : x->uses()) {
       Node* n = u.user;
@@ -169,7 +178,6 @@ std::string label_for(torch::jit::Node* call, const torch::jit::Module& owner,
   if (def->kind() == prim::CallMethod && def->input(0)->node()->kind() == prim::GetAttr)
     return join_path(prefix, def->input(0)->node()->s(attr::name)) + ":output";
   if (def->kind() == prim::Param) return prefix + ":input";
-  if (def->kind() == prim::GetAttr) return prefix + ":" + def->s(attr::name);  // a LayerNorm's bias
   return prefix + ":" + std::string(def->kind().toUnqualString());
 }
 
