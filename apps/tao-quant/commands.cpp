@@ -13,6 +13,7 @@
 #include "option_table.h"
 #include "taoquant/backend.h"
 #include "taoquant/html_report.h"
+#include "taoquant/interrupt.h"
 #include "taoquant/model.h"
 #include "taoquant/pipeline.h"
 #include "taoquant/reference.h"
@@ -130,6 +131,7 @@ int run_quantize(Options& o) {
     if (!o.json && !w.empty()) std::cout << "warning: " << w << "\n";
     return 0;
   }
+  tq::InterruptGuard interruptible;  // SIGINT/SIGTERM: exit 130/143, the earlier pair kept
   tq::QuantizeOptions qo = quantize_options(o);
   size_t width = 0;
   qo.on_plan = [&](const tq::Plan& plan) {
@@ -154,6 +156,7 @@ int run_quantize(Options& o) {
 // `tune`: the search's steps, then the final artifact's summary; exit 3
 // (after writing everything) when no candidate met the gates.
 int run_tune(Options& o) {
+  tq::InterruptGuard interruptible;  // SIGINT/SIGTERM: exit 130/143, the best pair kept
   auto spec = load_quantize_spec(o);
   tq::TuneOptions to;
   // The budget counts the command's wall clock, library loading included;
@@ -241,6 +244,7 @@ std::string format_timings(const nlohmann::json& cache) {
 int run_profile(Options& o) {
   o.overrides.push_back("quantize.mode=static_ptq");  // whatever the spec's mode
   auto spec = load_quantize_spec(o);
+  tq::InterruptGuard interruptible;
   tq::QuantizeOptions qo = quantize_options(o);
   qo.profile = true;
   auto out = tq::run_quantize(spec, qo);
