@@ -153,6 +153,24 @@ int run_quantize(Options& o) {
   return 0;
 }
 
+// The selection data's figures and, when tune selected on other data, the
+// test set's, one line each.
+std::string tune_sides(const nlohmann::json& tune) {
+  std::string out;
+  for (const char* side : {"selection", "test"}) {
+    if (!tune.contains(side)) continue;
+    const auto& t = tune[side];
+    auto num = [&](const char* k, const char* unit) {
+      return t[k].is_number() ? tq::format_fixed(t[k].get<double>(), 2) + unit : std::string("-");
+    };
+    out += std::string(side) + (std::string(side) == "test" ? ":      " : ": ") + "top-1 " +
+           num("top1", " %") + " (float " + num("float_top1", " %") + ", drop " +
+           num("top1_drop", " pp") + "), SQNR " + num("sqnr_db", " dB") + " on " +
+           t["data"].get<std::string>() + "\n";
+  }
+  return out;
+}
+
 // `tune`: the search's steps, then the final artifact's summary; exit 3
 // (after writing everything) when no candidate met the gates.
 int run_tune(Options& o) {
@@ -177,7 +195,8 @@ int run_tune(Options& o) {
     std::cout << tq::format_quantize_summary(out.quantize)
               << (html.empty() ? "" : "html:     " + html + "\n")
               << "tuned:    " << out.tuned_spec_path << " (tao-quant quantize -e "
-              << out.tuned_spec_path << " reproduces the artifact)\n";
+              << out.tuned_spec_path << " reproduces the artifact)\n"
+              << tune_sides(out.report["tune"]);
   if (!out.passed)
     throw tq::Error(tq::ExitCode::kGate,
                     "tune: no candidate met the gates (" + out.failed_gate +
