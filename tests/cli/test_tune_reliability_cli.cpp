@@ -32,7 +32,7 @@ TEST_CASE("tune: a gate the mode cannot measure exits 2 at its key", "[cli][tune
   }
 }
 
-TEST_CASE("tune: layer names with *, ? and [ get rules that select exactly their layer",
+TEST_CASE("tune: layer names with wildcard characters get rules that select exactly their layer",
           "[cli][tune][reliability]") {
   tqtest::TempDir dir("tune_odd_names");
   const fs::path out = dir.path() / "out";
