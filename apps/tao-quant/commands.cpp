@@ -14,6 +14,7 @@
 #include "option_table.h"
 #include "taoquant/backend.h"
 #include "taoquant/html_report.h"
+#include "taoquant/interrupt.h"
 #include "taoquant/model.h"
 #include "taoquant/pipeline.h"
 #include "taoquant/reference.h"
@@ -133,6 +134,7 @@ int run_quantize(Options& o) {
     if (!o.json && !w.empty()) std::cout << "warning: " << w << "\n";
     return 0;
   }
+  tq::InterruptGuard interruptible;  // SIGINT/SIGTERM: exit 130/143, the earlier pair kept
   tq::QuantizeOptions qo = quantize_options(o);
   size_t width = 0;
   qo.on_plan = [&](const tq::Plan& plan) {
@@ -154,9 +156,28 @@ int run_quantize(Options& o) {
   return 0;
 }
 
+// The selection data's figures and, when tune selected on other data, the
+// test set's, one line each.
+std::string tune_sides(const nlohmann::json& tune) {
+  std::string out;
+  for (const char* side : {"selection", "test"}) {
+    if (!tune.contains(side)) continue;
+    const auto& t = tune[side];
+    auto num = [&](const char* k, const char* unit) {
+      return t[k].is_number() ? tq::format_fixed(t[k].get<double>(), 2) + unit : std::string("-");
+    };
+    out += std::string(side) + (std::string(side) == "test" ? ":      " : ": ") + "top-1 " +
+           num("top1", " %") + " (float " + num("float_top1", " %") + ", drop " +
+           num("top1_drop", " pp") + "), SQNR " + num("sqnr_db", " dB") + " on " +
+           t["data"].get<std::string>() + "\n";
+  }
+  return out;
+}
+
 // `tune`: the search's steps, then the final artifact's summary; exit 3
 // (after writing everything) when no candidate met the gates.
 int run_tune(Options& o) {
+  tq::InterruptGuard interruptible;  // SIGINT/SIGTERM: exit 130/143, the best pair kept
   auto spec = load_quantize_spec(o);
   tq::TuneOptions to;
   // The budget counts the command's wall clock, library loading included;
@@ -177,7 +198,8 @@ int run_tune(Options& o) {
     std::cout << tq::format_quantize_summary(out.quantize)
               << (html.empty() ? "" : "html:     " + html + "\n")
               << "tuned:    " << out.tuned_spec_path << " (tao-quant quantize -e "
-              << out.tuned_spec_path << " reproduces the artifact)\n";
+              << out.tuned_spec_path << " reproduces the artifact)\n"
+              << tune_sides(out.report["tune"]);
   if (!out.passed)
     throw tq::Error(tq::ExitCode::kGate,
                     "tune: no candidate met the gates (" + out.failed_gate +
@@ -244,6 +266,7 @@ std::string format_timings(const nlohmann::json& cache) {
 int run_profile(Options& o) {
   o.overrides.push_back("quantize.mode=static_ptq");  // whatever the spec's mode
   auto spec = load_quantize_spec(o);
+  tq::InterruptGuard interruptible;
   tq::QuantizeOptions qo = quantize_options(o);
   qo.profile = true;
   auto out = tq::run_quantize(spec, qo);

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "option_table.h"
 #include "taoquant/error.h"
+#include "taoquant/interrupt.h"
 #include "taoquant/model.h"
 #include "taoquant/plugin.h"
 
@@ -24,7 +25,9 @@ constexpr const char* kExitCodes =
     "  0  success\n"
     "  1  runtime error (model, data, backend, plugin or I/O failure)\n"
     "  2  spec or usage error (bad key, value, override or command line)\n"
-    "  3  a quality gate failed (evaluate, batch)\n";
+    "  3  a quality gate failed (evaluate, batch)\n"
+    "  130, 143  SIGINT or SIGTERM ended quantize, tune, profile or batch (the earlier or\n"
+    "            best result is kept, no partial file is left)\n";
 
 void setup_logging(const tqcli::Options& o) {
   auto logger = spdlog::stderr_color_mt("tao-quant");
@@ -50,6 +53,33 @@ void apply_thread_env() {
     return;
   }
   at::set_num_threads(static_cast<int>(n));
+}
+
+// Runs the parsed subcommand. An error is printed with its exit code; a
+// command that SIGINT or SIGTERM interrupted (taoquant/interrupt.h) exits
+// 128 + the signal, also when it finished before its next safe point.
+int dispatch(const std::vector<std::pair<CLI::App*, const tqcli::Command*>>& subs,
+             tqcli::Options& opts) {
+  int rc = static_cast<int>(tq::ExitCode::kUsage);
+  try {
+    tq::load_plugins(opts.plugins, /*from_env=*/true);
+    for (const auto& [sub, cmd] : subs)
+      if (sub->parsed()) rc = cmd->run(opts);
+  } catch (const tq::Interrupted& e) {
+    std::cerr << "tao-quant: " << e.what() << "\n";
+    return static_cast<int>(e.code());
+  } catch (const tq::Error& e) {
+    std::cerr << "tao-quant: error: " << e.what() << "\n";
+    rc = static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    std::cerr << "tao-quant: error: " << e.what() << "\n";
+    rc = static_cast<int>(tq::ExitCode::kRuntime);
+  }
+  if (const int sig = tq::interrupt_signal()) {
+    std::cerr << "tao-quant: interrupted by " << tq::signal_name(sig) << "\n";
+    return 128 + sig;
+  }
+  return rc;
 }
 
 int run(int argc, char** argv) {
@@ -101,18 +131,7 @@ int run(int argc, char** argv) {
   setup_logging(opts);
   apply_thread_env();
   tq::log_torch_warnings_once();
-  try {
-    tq::load_plugins(opts.plugins, /*from_env=*/true);
-    for (const auto& [sub, cmd] : subs)
-      if (sub->parsed()) return cmd->run(opts);
-    return static_cast<int>(tq::ExitCode::kUsage);
-  } catch (const tq::Error& e) {
-    std::cerr << "tao-quant: error: " << e.what() << "\n";
-    return static_cast<int>(e.code());
-  } catch (const std::exception& e) {
-    std::cerr << "tao-quant: error: " << e.what() << "\n";
-    return static_cast<int>(tq::ExitCode::kRuntime);
-  }
+  return dispatch(subs, opts);
 }
 
 }  // namespace

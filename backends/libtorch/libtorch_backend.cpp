@@ -101,7 +101,8 @@ std::vector<ModeCaps> mode_tables() {
               true,
               {{DType::kInt8, DType::kUInt8}},
               group_as_channel,
-              /*bias_correction=*/true};
+              /*bias_correction=*/true,
+              /*times_model=*/true};
   ModeCaps dyn{Mode::kDynamic,
                int8,
                acts,

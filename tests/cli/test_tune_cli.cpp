@@ -216,7 +216,7 @@ TEST_CASE("tune: tuned_spec.yaml reproduces the artifact byte for byte", "[cli][
       // check, the activation range its kernels need) and on the training
       // run: the tuned spec must say exactly what the result says.
       const std::string yaml = bytes_of(out / "tuned_spec.yaml");
-      CHECK_THAT(yaml, Contains("\n    - \"features.conv2\"\n"));
+      CHECK_THAT(yaml, Contains("\n    - \"=features.conv2\"\n"));
       CHECK_THAT(yaml, Contains("timing_cache: "));
       const json& formats = rep["tune"]["result"]["formats"];
       CHECK(formats["features.conv2"] == "native");
@@ -224,9 +224,9 @@ TEST_CASE("tune: tuned_spec.yaml reproduces the artifact byte for byte", "[cli][
       for (const auto& [name, f] : formats.items()) {
         INFO(name << ": " << f);
         if (f == "native")
-          CHECK_THAT(yaml, Contains("\n    - \"" + name + "\"\n"));
+          CHECK_THAT(yaml, Contains("\n    - \"=" + name + "\"\n"));
         else
-          CHECK_THAT(yaml, Contains("{module_name: \"" + name + "\", weights: {dtype: \"" +
+          CHECK_THAT(yaml, Contains("{module_name: \"=" + name + "\", weights: {dtype: \"" +
                                     f.get<std::string>() + "\""));
       }
     }
@@ -275,12 +275,13 @@ TEST_CASE("tune: bad tune settings exit 2 with the key", "[cli][tune]") {
       {"tune", " quantize.tune.max_top1_drp=0.5", "did you mean 'max_top1_drop'"},
       {"tune", " quantize.tune.formats=[int3]", "int3"},
       {"tune", " quantize.tune.time_budget_s=60", "no gate to tune for"},
-      {"tune", " quantize.tune.data=validation", "expected one of test, calibration"},
+      {"tune", " quantize.tune.data=valid", "did you mean 'validation'"},
       {"inspect", " --sensitivity --formats int8,int9", "did you mean 'int8'"},
       {"quantize", " 'quantize.sensitivity={sample: 10}'", "did you mean 'samples'"},
       {"quantize", " 'quantize.sensitivity={formats: [in8]}'", "did you mean 'int8'"},
       {"quantize", " quantize.sensitivity=maybe", "quantize.sensitivity: expected true or false"},
-      {"quantize", " 'quantize.sensitivity={data: val}'", "expected one of test, calibration"}};
+      {"quantize", " 'quantize.sensitivity={data: tset}'",
+       "expected one of validation, test, calibration"}};
   for (const auto& [cmd, args, says] : cases) {
     INFO(cmd << args);
     auto r = tao(std::string(cmd) + " -e " + tqtest::quote(none) + args);

@@ -276,11 +276,13 @@ TEST_CASE("static int8 on the imbalanced CNN: equalization undoes the collapse",
     CHECK(equalized > plain);
     if (g == "per_tensor") CHECK(fp32 - plain > 10.0);  // the pathology is real
     CHECK(eq.report["calibration"]["algorithms"]["equalization"]["pairs"] == 3);
-    // Every quantized layer's bias moved, measured on the calibration data.
+    // Every quantized layer's bias moved, measured on the calibration data,
+    // unless the held-out batch said the shift made the layer worse.
     for (const auto& l : both.report["layers"]) {
-      INFO(l["name"].get<std::string>());
+      INFO(l["name"].get<std::string>() << ": " << l["algorithms"].dump());
       const auto& bc = l["algorithms"]["bias_correction"];
-      CHECK(bc["applied_to"] == l["name"].get<std::string>() + ".bias");
+      if (!bc.contains("rejected"))
+        CHECK(bc["applied_to"] == l["name"].get<std::string>() + ".bias");
       CHECK(bc["input_quantized"] == true);
       CHECK(bc["samples"].get<int>() > 0);
     }

@@ -70,6 +70,10 @@ struct ModeCaps {
   // with bias_correction is refused. (Weight-only mode: the library corrects
   // before the backend stores the weights, for every backend.)
   bool bias_correction = false;
+  // The run times the quantized model against float (the report's
+  // backend.meta.latency_check) unless backend_kwargs.latency_check is
+  // false: what tune's min_speedup gate needs.
+  bool times_model = false;
 };
 
 // What a backend can do. Checked against the spec before the model loads.

@@ -38,12 +38,36 @@ class DataLoader {
   virtual bool has_labels() const = 0;
   virtual std::vector<std::string> class_names() const { return {}; }
   virtual std::string describe() const = 0;  // "npz calib.npz (512 samples, batch 32)"
+  // The sample at `position` in the order batches are served (shuffling
+  // included), as messages name it: "sample 37" (its index in the file),
+  // "image 'dir/cls/x.png'".
+  virtual std::string sample_name(size_t position) const {
+    return "sample " + std::to_string(position);
+  }
 };
+
+// Checks that every floating input of `b` (served by `loader`) is finite;
+// a NaN or an infinity is a RuntimeError (exit 1) naming the data, the
+// sample and the value: "calibration data (npz calib.npz ...): sample 37
+// holds NaN (input 0); ...". Nothing may be computed from such a sample:
+// one NaN makes every statistic and every output it reaches NaN.
+void check_finite(const Batch& b, const DataLoader& loader, const std::string& what);
+
+// Checks labels (int64 [N], the samples from position `first_position` on)
+// against a model with `classes` outputs: a label < 0 or >= classes is a
+// RuntimeError (exit 1) naming the data, the sample, the label and the
+// range ("<what> (<data>): label 10 at sample 7 is out of range: the model
+// has 10 outputs, so labels are 0..9 ...").
+void check_labels(const at::Tensor& labels, size_t first_position, const DataLoader& loader,
+                  int64_t classes, const std::string& what);
 
 // The calibration data as the library serves it to a backend: the loop over
 // the batches, the held-out batch and the facts for the report live here,
 // not in each backend. Every batch but the last calibrates; the last is held
 // out for fidelity measurements (with a single batch, that batch is both).
+// Every batch is checked to be finite (check_finite) before any backend or
+// algorithm sees it, and the loop is a safe point for SIGINT/SIGTERM
+// (taoquant/interrupt.h).
 class CalibrationData {
  public:
   using Progress = std::function<void(const std::string& what, size_t done, size_t total)>;

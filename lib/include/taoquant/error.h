@@ -15,6 +15,10 @@ enum class ExitCode : int {
   kRuntime = 1,  // model, data, backend or I/O failure
   kUsage = 2,    // bad spec, bad override, bad command line
   kGate = 3,     // a quality gate failed (evaluate, batch)
+  // 128 + the signal: SIGINT or SIGTERM ended quantize, tune, profile or
+  // batch at a safe point (taoquant/interrupt.h).
+  kSigInt = 130,
+  kSigTerm = 143,
 };
 
 // Where a value came from: a spec file position or a command-line override.

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 #include "taoquant/error.h"
 #include "taoquant/plan.h"
 
@@ -41,6 +43,16 @@ std::string forward_return_type(const torch::jit::Module& m);
 // published.
 void check_artifact_loads(const std::string& path, const std::string& expected,
                           const std::string& backend);
+
+// The last check before a result is published: every floating tensor the
+// artifact holds (parameters, buffers, attributes, the weights and scales
+// of packed int8 params, quantized tensors' scales) is finite, and so is
+// its output on `holdout` (the held-out calibration batch; skipped when
+// empty). Otherwise the file is removed and a RuntimeError (exit 1) names
+// the tensor or the output and the value ("... 'seq.fc2.bias' holds NaN;
+// it was not published").
+void check_artifact_finite(const std::string& path, const std::vector<at::Tensor>& holdout,
+                           const std::string& backend);
 
 // Routes LibTorch's warnings (a model's own torch.warn, once per forward:
 // scripted GoogLeNet warns on every call) to the log, each distinct message

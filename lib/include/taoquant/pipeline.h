@@ -29,6 +29,11 @@ struct QuantizeOptions {
   // Without quantize.sensitivity, the report still gets a small sensitivity
   // table (automatic_sensitivity_samples); tune's own runs turn it off.
   bool sensitivity_by_default = true;
+  // A given timing cache that lacks timings gets the ones this run measured
+  // (written back to its own file, without the "lacked timings" warning):
+  // tune's runs share one cache, so each names a cache that holds every
+  // timing it used.
+  bool extend_timing_cache = false;
 };
 
 struct QuantizeOutcome {

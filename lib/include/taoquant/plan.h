@@ -87,12 +87,18 @@ struct Plan {
   const LayerPlan* find(const std::string& name) const;
 };
 
-// Shell-style wildcard match (`*`, `?`, `[abc]`, `[a-z]`, `[!x]`), case-sensitive.
+// Shell-style wildcard match (`*`, `?`, `[abc]`, `[a-z]`, `[!x]`; `\`
+// makes the next character literal), case-sensitive.
 bool wildcard_match(const std::string& pattern, const std::string& text);
 
 // Does a pattern select this layer (qualified name first, then class name,
-// then the canonical kind name)?
+// then the canonical kind name)? A pattern that starts with `=` is an
+// exact name: `=seq.l[1]` selects the layer named `seq.l[1]` and nothing
+// else (no wildcards, no class names); tune writes its rules this way.
 bool pattern_selects(const std::string& pattern, const LayerInfo& layer);
+
+// The pattern that selects exactly the layer named `name`: "=" + name.
+std::string exact_name_pattern(const std::string& name);
 
 // Applies the defaults, the `layers` rules in order (later ones win) and
 // `skip_names` last. Validates per-layer settings against the layer (axis in

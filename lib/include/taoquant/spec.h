@@ -85,7 +85,8 @@ struct PreprocessSpec {
   double scale = 1.0 / 255.0;
 };
 
-// `dataset.quant_calibration_dataset` and `dataset.test_dataset`.
+// `dataset.quant_calibration_dataset`, `dataset.validation_dataset` and
+// `dataset.test_dataset`.
 struct DataSourceSpec {
   std::string images_dir;               // JPEG/PNG/BMP, flat or class sub-folders
   std::vector<std::string> data_files;  // .npz/.npy/.pt; several = tuple of inputs
@@ -104,6 +105,9 @@ struct DataSourceSpec {
 
 struct DatasetSpec {
   std::optional<DataSourceSpec> quant_calibration_dataset;
+  // tune's selection data (and sensitivity's) when set; the test set then
+  // only reports the final result.
+  std::optional<DataSourceSpec> validation_dataset;
   std::optional<DataSourceSpec> test_dataset;
 };
 

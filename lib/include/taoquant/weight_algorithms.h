@@ -73,6 +73,13 @@ at::Tensor gptq_corrected_target(const at::Tensor& weight, const at::Tensor& h, 
 std::vector<float> gptq_round(const at::Tensor& weight, const at::Tensor& h,
                               const wformat::WeightGrid& grid, const GptqSettings& s);
 
+// The grid GPTQ rounds on: the nearest rounding's scales, each slice's
+// (channel's or group's) shrunk by the factor in {1, 0.95, ..., 0.5} whose
+// nearest rounding of `w` has the least error weighted by the diagonal of
+// the Hessian `h` [groups, K, K] (GPTQ's scale_search).
+wformat::QuantizedWeight gptq_searched_grid(const wformat::QuantizedWeight& nearest,
+                                            const at::Tensor& w, const at::Tensor& h);
+
 // Empirical bias correction: the shift to add to the bias so that the
 // layer's mean output over the calibration data is unchanged by weight
 // quantization, -mean(op(x; Wq) - op(x; W)). The layer is linear in x, so

@@ -161,10 +161,16 @@ bool wildcard_match(const std::string& pattern, const std::string& text) {
 }
 
 bool pattern_selects(const std::string& pattern, const LayerInfo& layer) {
+  if (!pattern.empty() && pattern[0] == '=')
+    return pattern.compare(1, std::string::npos, layer.name) == 0;
   if (wildcard_match(pattern, layer.name)) return true;
   if (wildcard_match(pattern, layer.class_name)) return true;
   std::string kind(to_string(layer.kind));
   return kind != layer.class_name && wildcard_match(pattern, kind);
+}
+
+std::string exact_name_pattern(const std::string& name) {
+  return "=" + name;
 }
 
 std::string TensorQuant::str() const {

@@ -211,3 +211,31 @@ TEST_CASE("the algorithm table: every key the spec reads, with its modes", "[pla
   CHECK(tq::find_algorithm("nope") == nullptr);
   CHECK(tq::rounding_table().parse("gptq") == tq::Rounding::kGptq);
 }
+
+TEST_CASE("exact-name patterns: '=' names one layer, wildcard characters and all", "[plan]") {
+  const std::vector<LayerInfo> odd = {{"seq.l1", "Linear", LayerKind::kLinear, {64, 784}, true},
+                                      {"seq.l[1]", "Linear", LayerKind::kLinear, {64, 64}, true},
+                                      {"seq.l*", "Linear", LayerKind::kLinear, {10, 64}, true},
+                                      {"Linear", "Linear", LayerKind::kLinear, {10, 10}, true}};
+  for (size_t i = 0; i < odd.size(); ++i)
+    for (size_t j = 0; j < odd.size(); ++j) {
+      INFO("=" << odd[i].name << " on " << odd[j].name);
+      CHECK(tq::pattern_selects("=" + odd[i].name, odd[j]) == (i == j));
+    }
+  CHECK(tq::pattern_selects("seq.l*", odd[0]));  // as a pattern, it selects every layer
+  CHECK(tq::pattern_selects("Linear", odd[0]));
+  // The plan of exact rules and skip_names: each layer what its rule says.
+  auto spec = parse(R"(quantize:
+  default_layer_dtype: int8
+  layers:
+    - {module_name: "=seq.l1", weights: {dtype: int4}}
+    - {module_name: "=seq.l[1]", weights: {dtype: uint8}}
+  skip_names: ["=seq.l*"]
+)");
+  const auto plan = tq::build_plan(spec, odd);
+  CHECK(plan.layers[0].weights.dtype == DType::kInt4);
+  CHECK(plan.layers[1].weights.dtype == DType::kUInt8);
+  CHECK(plan.layers[2].skipped);
+  CHECK(plan.layers[3].weights.dtype == DType::kInt8);
+  CHECK(plan.warnings.empty());
+}

@@ -117,6 +117,13 @@ json tune(const json& t) {
         {"v", str(get(t, "settings"), "search") + ", " + str(t, "quantize_runs") +
                   " quantize runs, " + str(t, "simulated_forward_passes") +
                   " simulated forward passes, " + num(get(t, "seconds"), 1) + " s"}}});
+  if (get(t, "test").is_object()) {  // selected on other data: the test set's figures
+    const json& x = t["test"];
+    result.push_back(
+        {{"k", "test set"},
+         {"v", "top-1 " + num(get(x, "top1"), 2) + " % (float " + num(get(x, "float_top1"), 2) +
+                   " %), output SQNR " + num(get(x, "sqnr_db"), 2) + " dB, on " + str(x, "data")}});
+  }
   if (get(t, "budget_cut").is_string())
     result.push_back({{"k", "time budget"}, {"v", str(t, "budget_cut")}});
   json trace = json::array();

@@ -16,7 +16,11 @@ namespace {
 
 // The sections and subsections tao-quant reads.
 const std::vector<std::string> kTopKeys = {"results_dir", "quantize", "dataset", "evaluate"};
-const std::vector<std::string> kDataSources = {"quant_calibration_dataset", "test_dataset"};
+const std::vector<std::string> kDataSources = {"quant_calibration_dataset", "validation_dataset",
+                                               "test_dataset"};
+// What tune and sensitivity select and measure on (quantize.tune.data,
+// quantize.sensitivity.data; evaluation_source).
+const std::vector<std::string> kEvaluationData = {"validation", "test", "calibration"};
 // TAO keys that are close to ours by spelling but are not typos.
 const std::vector<std::string> kTaoTopKeys = {
     "model",    "train",   "export",         "inference",    "gen_trt_engine", "prune",
@@ -391,7 +395,7 @@ void check_sensitivity(const Section& s) {
   int samples = 0;
   sub.read("samples", samples, int_at_least(1));
   std::string word;
-  sub.read("data", word, one_of({"test", "calibration"}));
+  sub.read("data", word, one_of(kEvaluationData));
 }
 
 // quantize.tune: checked here (keys, types, ranges), read by `tao-quant
@@ -419,7 +423,7 @@ void check_tune(const Section& s) {
   int samples = 0;
   s.read("samples", samples, int_at_least(1));
   std::string word;
-  s.read("data", word, one_of({"test", "calibration"}));
+  s.read("data", word, one_of(kEvaluationData));
   s.read("search", word, one_of({"greedy", "revert_worst"}));
   if (gates.empty() || (gates.limits.size() == 1 && gates.has(Gate::kMinSpeedup)))
     throw SpecError(s.node().loc, "quantize.tune: no gate to tune for; set one of " +
@@ -558,6 +562,8 @@ void read_dataset(const Section& s, DatasetSpec& d) {
   }
   if (const Node* n = s.get("quant_calibration_dataset"))
     d.quant_calibration_dataset = read_source(*n, s.at("quant_calibration_dataset"));
+  if (const Node* n = s.get("validation_dataset"))
+    d.validation_dataset = read_source(*n, s.at("validation_dataset"));
   if (const Node* n = s.get("test_dataset")) d.test_dataset = read_source(*n, s.at("test_dataset"));
 }
 

@@ -271,7 +271,8 @@ nlohmann::json backend_to_json(const BackendInfo& b) {
                         {"layer_kinds", names(mc.layer_kinds)},
                         {"granularities", names(mc.granularities)},
                         {"kernel", mc.kernel},
-                        {"bias_correction", m == Mode::kWeightOnly || mc.bias_correction}});
+                        {"bias_correction", m == Mode::kWeightOnly || mc.bias_correction},
+                        {"times_model", mc.times_model}});
   }
   return {{"name", b.name},
           {"description", b.description},

@@ -14,6 +14,7 @@
 #include "taoquant/data.h"
 #include "taoquant/export.h"
 #include "taoquant/html_report.h"
+#include "taoquant/interrupt.h"
 #include "taoquant/latency.h"
 #include "taoquant/model.h"
 #include "taoquant/report.h"
@@ -140,8 +141,11 @@ void run_stage(const std::string& backend, const char* what, bool verbose,
                const std::function<void()>& fn) {
   const std::string head = "backend '" + backend + "' failed in " + what + ": ";
   try {
+    throw_if_interrupted();
     fn();
   } catch (const SpecError&) {
+    throw;
+  } catch (const Interrupted&) {
     throw;
   } catch (const Error& e) {
     throw Error(e.code(), head + e.what());
@@ -192,8 +196,10 @@ nlohmann::json run_equalization(QuantizeContext& ctx) {
 }
 
 // prepare, calibrate (static mode, Calibratable backends), quantize.
-void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ctx,
-                 const QuantizeOptions& opts, StageTimes& times) {
+// Returns the held-out calibration batch (empty when no data was read).
+std::vector<at::Tensor> run_backend(const Spec& spec, QuantizerBase& quantizer,
+                                    QuantizeContext& ctx, const QuantizeOptions& opts,
+                                    StageTimes& times) {
   const std::string& name = ctx.plan.backend_requested;
   const auto t0 = Clock::now();
   // The data stays open until the backend has finished (it may calibrate again).
@@ -249,6 +255,7 @@ void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ct
   complete_record(ctx.record(), ctx.layer_results(), name);
   if (!stages.empty()) ctx.calibration["algorithms"] = stages;
   times.quantize_s = since(t0) - times.calibrate_s - times.algorithms_s;
+  return data ? data->holdout() : std::vector<at::Tensor>{};
 }
 
 // `j` without wall-clock timings ("seconds" keys): the artifact embeds the
@@ -321,15 +328,16 @@ TimingCache open_timing_cache(const Spec& spec) {
 // warns when a given cache lacked entries or the machine was busy, and
 // returns the facts for the report.
 nlohmann::json close_timing_cache(const TimingCache& cache, const fs::path& results_dir,
-                                  QuantizeContext& ctx, std::string& written) {
+                                  QuantizeContext& ctx, std::string& written, bool extend) {
   nlohmann::json j{{"given", cache.given() ? nlohmann::json(cache.path()) : nlohmann::json()},
                    {"entries_read", cache.read_count()},
                    {"entries_measured", cache.measured_count()}};
   if (cache.measured_count() == 0) return j;
-  written = (results_dir / "timing_cache.json").string();
+  extend = extend && cache.given();
+  written = extend ? cache.path() : (results_dir / "timing_cache.json").string();
   cache.save(written);
   j["written"] = written;
-  if (cache.given())
+  if (cache.given() && !extend)
     ctx.warn("timing cache '" + cache.path() + "' lacked " +
              std::to_string(cache.measured_count()) +
              " timings this run needed; they were measured on this machine now, so the "
@@ -401,6 +409,8 @@ nlohmann::json report_sensitivity(const Spec& spec, const QuantizeOutcome& out,
     nlohmann::json j = run_sensitivity(spec, *so).to_json();
     j["automatic"] = true;
     return j;
+  } catch (const Interrupted&) {
+    throw;
   } catch (const std::exception& e) {
     spdlog::debug("automatic sensitivity: {}", e.what());
     return {{"automatic", true}, {"skipped", first_line(e.what())}};
@@ -436,20 +446,22 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   };
   for (const auto& w : out.plan.warnings) ctx.warn(w);
   StageTimes times;
-  run_backend(spec, *quantizer, ctx, opts, times);
+  const auto holdout = run_backend(spec, *quantizer, ctx, opts, times);
 
   const fs::path results_dir = spec.effective_results_dir();
   out.artifact_path = (results_dir / artifact_name(out.requested_backend)).string();
   out.report_path = (results_dir / "quantize_report.json").string();
   out.layers = ctx.layer_results();
   out.calibration = ctx.calibration;
-  out.timing_cache = close_timing_cache(cache, results_dir, ctx, out.timing_cache_path);
+  out.timing_cache =
+      close_timing_cache(cache, results_dir, ctx, out.timing_cache_path, opts.extend_timing_cache);
   out.warnings = ctx.warnings();
   if (opts.profile) return out;
   embed_metadata(spec, out, ctx);
   t0 = Clock::now();
   const std::string partial = partial_path(out.artifact_path);
   save_artifact(*quantizer, ctx, partial, return_type, opts.verbose);
+  check_artifact_finite(partial, holdout, out.requested_backend);  // removes it when not
   times.save_s = since(t0);
   out.artifact_file_bytes = file_size_or_zero(partial);
   out.total_seconds = since(t_start);
@@ -486,6 +498,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
       out.total_seconds = since(t_start);  // the table is part of the run
       out.report["timings"]["total_s"] = out.total_seconds;
     }
+    throw_if_interrupted();  // the last safe point: nothing is published yet
   } catch (...) {
     std::error_code ec;
     fs::remove(partial, ec);

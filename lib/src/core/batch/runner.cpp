@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/batch/internal.h"
+#include "taoquant/interrupt.h"
 
 extern char** environ;
 
@@ -49,32 +50,6 @@ int usable_cores() {
 }
 
 namespace {
-
-volatile std::sig_atomic_t g_interrupted = 0;
-void on_interrupt(int) {
-  g_interrupted = 1;
-}
-
-// SIGINT/SIGTERM set a flag while the batch runs; the old handlers come back.
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    g_interrupted = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_interrupt;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~InterruptGuard() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ {
-  }, old_term_{};
-};
 
 std::string signal_text(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
@@ -392,11 +367,11 @@ void Runner::tick() {
 }
 
 BatchSummary Runner::run() {
-  InterruptGuard guard;
+  InterruptGuard guard;  // SIGINT/SIGTERM stop the jobs; the command exits 130/143
   size_t next = 0;
   auto last_tick = Clock::now() - std::chrono::seconds(1);
   for (;;) {
-    if (g_interrupted && !interrupted_) {
+    if (interrupt_signal() && !interrupted_) {
       interrupted_ = stop_ = true;
       stop_reason_ = "not run: the batch was interrupted";
       const auto now = Clock::now();

@@ -17,6 +17,7 @@
 #include "taoquant/model.h"
 #include "taoquant/steps.h"
 #include "taoquant/weight_algorithms.h"
+#include "torch/algorithms/pair_ops.h"
 
 namespace tq {
 
@@ -66,6 +67,48 @@ at::Tensor channel_mean(const LayerGeometry& g, const at::Tensor& y) {
   return y.mean(dims);
 }
 
+// Each layer's statistics, empty, or why it cannot be corrected.
+std::map<std::string, Sums> sums_for(const torch::jit::Module& reference,
+                                     const torch::jit::Module& target,
+                                     const std::map<std::string, StaticBiasLayer>& layers) {
+  const auto geoms = layer_geometries(reference);
+  std::map<std::string, Sums> sums;
+  for (const auto& [name, q] : layers) {
+    Sums& s = sums[name];
+    s.q = &q;
+    auto g = geoms.find(name);
+    s.skipped = g == geoms.end() ? "the layer is not called in forward" : g->second.why;
+    if (g != geoms.end()) s.g = g->second;
+    if (s.skipped.empty() && !has_bias(target, name) && s.g.batch_norm_after.empty())
+      s.skipped = "the layer has no bias and no BatchNorm after it";
+  }
+  return sums;
+}
+
+// The layer's output on held-out inputs `x` with its input quantized as
+// the backend quantizes it and the weight it stores, without and with the
+// shift, against the float output (SQNR, dB): the correction's own check.
+std::pair<double, double> holdout_sqnr(const Sums& s, const torch::jit::Module& reference,
+                                       const std::string& layer, const at::Tensor& x,
+                                       const BiasShift& b) {
+  auto m = find_submodule(reference, layer);
+  const at::Tensor w = m.attr("weight").toTensor().detach().to(at::kDouble);
+  const at::Tensor bias = has_bias(reference, layer)
+                              ? m.attr("bias").toTensor().detach().to(at::kDouble)
+                              : at::zeros({w.size(0)}, at::kDouble);
+  const at::Tensor xf = x.detach().to(at::kFloat);
+  const at::Tensor xq = s.q->input_scale > 0 ? at::fake_quantize_per_tensor_affine(
+                                                   xf, s.q->input_scale, s.q->input_zero_point,
+                                                   s.q->input_qmin, s.q->input_qmax)
+                                             : xf;
+  const at::Tensor wq = s.q->weight.detach().to(at::kDouble);
+  const at::Tensor y = layer_forward(s.g, xf.to(at::kDouble), w, bias);
+  const double before = tensor_sqnr_db(y, layer_forward(s.g, xq.to(at::kDouble), wq, bias));
+  const double after =
+      tensor_sqnr_db(y, layer_forward(s.g, xq.to(at::kDouble), wq, bias + b.shift));
+  return {before, after};
+}
+
 }  // namespace
 
 at::Tensor static_bias_shift(const LayerGeometry& g, const at::Tensor& mean_input,
@@ -92,17 +135,7 @@ std::map<std::string, BiasShift> correct_biases(
     QuantizeContext& ctx, const torch::jit::Module& reference, torch::jit::Module& target,
     CalibrationData& data, const std::map<std::string, StaticBiasLayer>& layers) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto geoms = layer_geometries(reference);
-  std::map<std::string, Sums> sums;
-  for (const auto& [name, q] : layers) {
-    Sums& s = sums[name];
-    s.q = &q;
-    auto g = geoms.find(name);
-    s.skipped = g == geoms.end() ? "the layer is not called in forward" : g->second.why;
-    if (g != geoms.end()) s.g = g->second;
-    if (s.skipped.empty() && !has_bias(target, name) && s.g.batch_norm_after.empty())
-      s.skipped = "the layer has no bias and no BatchNorm after it";
-  }
+  std::map<std::string, Sums> sums = sums_for(reference, target, layers);
   {
     torch::NoGradGuard ng;
     NoGraphOptimization no_opt;
@@ -114,6 +147,9 @@ std::map<std::string, BiasShift> correct_biases(
       });
     });
   }
+  // The held-out batch's layer inputs, before any bias moves (reference
+  // and target may be one model).
+  const LayerCapture held = capture_layers(reference, data.holdout(), detail::holdout_capture());
   std::map<std::string, BiasShift> out;
   for (auto& [name, s] : sums) {
     auto& facts = ctx.algorithm_facts[name]["bias_correction"];
@@ -128,14 +164,20 @@ std::map<std::string, BiasShift> correct_biases(
     b.shift = static_bias_shift(s.g, s.x / n, s.qx / n,
                                 find_submodule(reference, name).attr("weight").toTensor().detach(),
                                 s.q->weight.detach());
-    shift_bias(target, b, 1.0);
     facts = {{"samples", s.count},
-             {"applied_to", b.target},
              {"input_quantized", s.q->input_scale > 0},
              {"max_abs_shift", b.shift.abs().max().item<double>()},
              {"mean_abs_shift", b.shift.abs().mean().item<double>()}};
+    auto x = held.inputs.find(name);
+    if (x != held.inputs.end()) {
+      const auto [before, after] = holdout_sqnr(s, reference, name, x->second, b);
+      if (!detail::holdout_verdict(facts, before, after, "bias correction")) continue;
+    }
+    shift_bias(target, b, 1.0);
+    facts["applied_to"] = b.target;
     out.emplace(name, std::move(b));
   }
+  detail::warn_rejections(ctx, "bias_correction");
   const double secs = seconds_since(t0);
   for (auto& [name, b] : out)
     ctx.algorithm_facts[name]["bias_correction"]["seconds"] =

@@ -199,9 +199,52 @@ double outlier_ratio(const at::Tensor& absmax) {
   return med > 0 ? absmax.max().item<double>() / med : 1.0;
 }
 
-nlohmann::json smoothquant_group(QuantizeContext& ctx, const GroupJob& j) {
+// A consumer's weight `w` rounded as its plan says (unchanged when the
+// plan keeps it float).
+at::Tensor planned_weight(const QuantizeContext& ctx, const LayerPlan* lp, const at::Tensor& w) {
+  if (!lp || !lp->quantized() || !lp->weights.quantized()) return w;
+  const at::Tensor c = w.to(at::kFloat).contiguous();
+  std::vector<float> v(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  const auto q = round_planned_values(ctx, *lp, v, c.sizes().vec());
+  return at::from_blob(const_cast<float*>(q.dequant.data()), c.sizes(), at::kFloat).clone();
+}
+
+// The group's quantized output SQNR on held-out inputs `x` [rows, K] with
+// the scale `s` (all ones: without it), simulated: the input divided by s
+// and fake-quantized per tensor to 8 bits, symmetric (static mode: over the
+// calibration range max|x / s|; dynamic mode: the batch's own), each
+// consumer's weight times s rounded as planned.
+double smoothed_sqnr(const QuantizeContext& ctx, const GroupJob& j, const at::Tensor& x,
+                     const std::vector<at::Tensor>& weights, const at::Tensor& s) {
+  const at::Tensor xs = x / s;
+  const double amax =
+      (ctx.plan.mode == Mode::kStatic ? j.absmax / s : xs.abs().amax(0)).max().item<double>();
+  const double step = amax > 0 ? amax / 127.0 : 1.0;
+  const at::Tensor xq = (xs / step).round().clamp(-127, 127) * step;
+  double signal = 0, noise = 0;
+  for (size_t c = 0; c < weights.size(); ++c) {
+    const at::Tensor w = weights[c].to(at::kDouble);
+    const at::Tensor wq = planned_weight(ctx, j.plans[c], w * s).to(at::kDouble);
+    const at::Tensor y = at::matmul(x, w.t());
+    signal += y.square().sum().item<double>();
+    noise += (y - at::matmul(xq, wq.t())).square().sum().item<double>();
+  }
+  return detail::energy_db(signal, noise);
+}
+
+nlohmann::json smoothquant_group(QuantizeContext& ctx, const GroupJob& j,
+                                 const LayerCapture& held) {
   const auto weights = consumer_weights(ctx, *j.g);
   const at::Tensor s = smoothquant_scales(j.absmax, weights, ctx.plan.algorithms.smoothquant.alpha);
+  nlohmann::json f = nlohmann::json::object();
+  auto x = held.inputs.find(j.g->consumers[0]);
+  const int64_t k = j.absmax.numel();
+  if (x != held.inputs.end() && x->second.size(-1) == k) {
+    const at::Tensor xh = x->second.reshape({-1, k}).to(at::kDouble);
+    if (!detail::holdout_verdict(f, smoothed_sqnr(ctx, j, xh, weights, at::ones_like(s)),
+                                 smoothed_sqnr(ctx, j, xh, weights, s), "SmoothQuant"))
+      return f;
+  }
   at::Tensor w_before = at::zeros_like(j.absmax), w_after = at::zeros_like(j.absmax);
   for (const auto& w : weights) {
     const at::Tensor col = w.to(at::kDouble).abs().amax(0);
@@ -209,12 +252,13 @@ nlohmann::json smoothquant_group(QuantizeContext& ctx, const GroupJob& j) {
     w_after = at::maximum(w_after, col * s);
   }
   apply_smoothing(ctx.model, *j.g, s);
-  return {{"alpha", ctx.plan.algorithms.smoothquant.alpha},
-          {"input_outlier_ratio",
-           {{"before", outlier_ratio(j.absmax)}, {"after", outlier_ratio(j.absmax / s)}}},
-          {"weight_column_outlier_ratio",
-           {{"before", outlier_ratio(w_before)}, {"after", outlier_ratio(w_after)}}},
-          {"scale_range", {s.min().item<double>(), s.max().item<double>()}}};
+  f.update({{"alpha", ctx.plan.algorithms.smoothquant.alpha},
+            {"input_outlier_ratio",
+             {{"before", outlier_ratio(j.absmax)}, {"after", outlier_ratio(j.absmax / s)}}},
+            {"weight_column_outlier_ratio",
+             {{"before", outlier_ratio(w_before)}, {"after", outlier_ratio(w_after)}}},
+            {"scale_range", {s.min().item<double>(), s.max().item<double>()}}});
+  return f;
 }
 
 // The held-out batch's second moment of the group's input, or undefined.
@@ -228,13 +272,7 @@ at::Tensor holdout_moment(const LayerCapture& held, const GroupJob& j) {
 
 nlohmann::json awq_group(QuantizeContext& ctx, const GroupJob& j, const LayerCapture& held) {
   const auto weights = consumer_weights(ctx, *j.g);
-  auto quantize = [&](size_t c, const at::Tensor& w) -> at::Tensor {
-    const LayerPlan* lp = j.plans[c];
-    if (!lp || !lp->quantized() || !lp->weights.quantized()) return w;
-    std::vector<float> v(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
-    const auto q = round_planned_values(ctx, *lp, v, w.sizes().vec());
-    return at::from_blob(const_cast<float*>(q.dequant.data()), w.sizes(), at::kFloat).clone();
-  };
+  auto quantize = [&](size_t c, const at::Tensor& w) { return planned_weight(ctx, j.plans[c], w); };
   const AwqResult r = awq_search(weights, j.abssum / std::max<int64_t>(j.rows, 1), j.h,
                                  ctx.plan.algorithms.awq.grid, quantize, holdout_moment(held, j));
   double signal = 0;
@@ -281,13 +319,15 @@ nlohmann::json run_smoothing(QuantizeContext& ctx, CalibrationData& data) {
       nlohmann::json f = !j->skipped.empty()     ? nlohmann::json{{"skipped", j->skipped}}
                          : j->rows == 0          ? nlohmann::json{{"skipped", "no input was seen"}}
                          : j->algorithm == "awq" ? awq_group(ctx, *j, held)
-                                                 : smoothquant_group(ctx, *j);
+                                                 : smoothquant_group(ctx, *j, held);
       f["producer"] = j->g->producer;
       f["seconds"] = seconds_since(tg);
       for (const auto& c : j->g->consumers) ctx.algorithm_facts[c][j->algorithm] = f;
       if (ctx.on_progress) ctx.on_progress("smoothing", ++done, jobs.size());
     }
   }
+  detail::warn_rejections(ctx, "smoothquant");
+  detail::warn_rejections(ctx, "awq");
   return {{"groups", jobs.size()}, {"seconds", seconds_since(t0)}};
 }
 

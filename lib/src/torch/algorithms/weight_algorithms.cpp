@@ -18,31 +18,72 @@
 #include "taoquant/weight_algorithms.h"
 #include "taoquant/weight_quant.h"
 #include "torch/algorithms/pair_ops.h"
+#include "torch/algorithms/weight_jobs.h"
 
 namespace tq {
+
+using detail::Job;
+using detail::Outcome;
+using detail::Results;
+using detail::values_of;
+
+namespace detail {
+
+at::Tensor values_of(const wformat::QuantizedWeight& q, const at::Tensor& like) {
+  return at::from_blob(const_cast<float*>(q.dequant.data()), like.sizes(), at::kFloat).clone();
+}
+
+// Where the shift goes: the layer's bias, else the running mean of the
+// BatchNorm that reads its output (BN(y + e) with mean e is BN(y) when
+// the running mean moves by e).
+std::string bias_target(const QuantizeContext& ctx, const Job& j) {
+  auto layer = find_submodule(ctx.model, j.lp->info.name);
+  if (layer.hasattr("bias") && layer.attr("bias").isTensor()) return j.lp->info.name + ".bias";
+  return j.g.batch_norm_after + ".running_mean";
+}
+
+void apply_bias_shift(const QuantizeContext& ctx, torch::jit::Module& model, const Job& j,
+                      const at::Tensor& shift) {
+  const std::string target = bias_target(ctx, j);
+  const auto dot = target.rfind('.');
+  auto m = find_submodule(model, target.substr(0, dot));
+  const std::string attr = target.substr(dot + 1);
+  at::Tensor old = m.attr(attr).toTensor();
+  const double sign = attr == "bias" ? 1.0 : -1.0;
+  at::Tensor v = (old.detach() + sign * shift.to(old.scalar_type())).contiguous();
+  v.set_requires_grad(old.requires_grad());
+  m.setattr(attr, v);
+}
+
+torch::jit::Module rounded_shadow(const QuantizeContext& ctx, const std::vector<Job>& jobs) {
+  torch::jit::Module shadow = ctx.model.clone();
+  std::set<std::string> gptq;
+  for (const auto& j : jobs)
+    if (j.gptq) gptq.insert(j.lp->info.name);
+  for (const auto& lp : ctx.plan.layers) {
+    if (!lp.quantized() || !lp.weights.quantized() || gptq.count(lp.info.name)) continue;
+    auto layer = find_submodule(shadow, lp.info.name);
+    if (layer.hasattr("weight") && layer.attr("weight").isTensor())
+      set_weight_values(layer, round_planned_weight(ctx, ctx.model, lp).dequant);
+  }
+  return shadow;
+}
+
+// Puts a job's result (GPTQ's weight, the bias shift) into a rounded copy.
+void apply_outcome(const QuantizeContext& ctx, torch::jit::Module& rounded, const Job& j,
+                   const Outcome& o) {
+  if (o.rounded) {
+    auto layer = find_submodule(rounded, j.lp->info.name);
+    set_weight_values(layer, o.rounded->dequant);
+  }
+  if (o.bias_shift.defined()) apply_bias_shift(ctx, rounded, j, o.bias_shift);
+}
+
+}  // namespace detail
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// One planned layer and what the algorithms gather and decide for it.
-struct Job {
-  const LayerPlan* lp = nullptr;
-  LayerGeometry g;
-  bool gptq = false, bias = false;
-  at::Tensor h;       // [groups, K, K] float64 (GPTQ)
-  at::Tensor w;       // sequential GPTQ: the float weight
-  at::Tensor r;       // sequential GPTQ: [groups, rows / groups, K] float64, sum W (x - x~) x~^T
-  at::Tensor sum;     // sum of inputs over samples, float64 (bias correction)
-  int64_t count = 0;  // samples in `sum`
-  double in_signal = 0, in_noise = 0;  // sequential GPTQ: sum x^2, sum (x - x~)^2
-  std::vector<int64_t> sample_shape;
-  nlohmann::json facts = nlohmann::json::object();
-  size_t bytes() const {  // the Hessian's; a mean input is one sample
-    return static_cast<size_t>((h.defined() ? h.numel() : 0) + (r.defined() ? r.numel() : 0)) *
-           sizeof(double);
-  }
-};
 
 int64_t columns_of(const LayerPlan& lp) {
   int64_t k = 1;
@@ -171,78 +212,6 @@ double output_energy(const at::Tensor& w2d, const at::Tensor& h) {
   return e;
 }
 
-at::Tensor values_of(const wformat::QuantizedWeight& q, const at::Tensor& like) {
-  return at::from_blob(const_cast<float*>(q.dequant.data()), like.sizes(), at::kFloat).clone();
-}
-
-}  // namespace
-
-namespace {
-
-// What the layer's result is: GPTQ's rounding (else nearest) and the bias
-// shift; facts on the calibration data (GPTQ) and on the held-out batch.
-struct Outcome {
-  std::shared_ptr<const wformat::QuantizedWeight> rounded;  // set by GPTQ
-  at::Tensor bias_shift;                                    // set by bias correction
-};
-
-// Where the shift goes: the layer's bias, else the running mean of the
-// BatchNorm that reads its output (BN(y + e) with mean e is BN(y) when
-// the running mean moves by e).
-std::string bias_target(const QuantizeContext& ctx, const Job& j) {
-  auto layer = find_submodule(ctx.model, j.lp->info.name);
-  if (layer.hasattr("bias") && layer.attr("bias").isTensor()) return j.lp->info.name + ".bias";
-  return j.g.batch_norm_after + ".running_mean";
-}
-
-void apply_bias_shift(const QuantizeContext& ctx, torch::jit::Module& model, const Job& j,
-                      const at::Tensor& shift) {
-  const std::string target = bias_target(ctx, j);
-  const auto dot = target.rfind('.');
-  auto m = find_submodule(model, target.substr(0, dot));
-  const std::string attr = target.substr(dot + 1);
-  at::Tensor old = m.attr(attr).toTensor();
-  const double sign = attr == "bias" ? 1.0 : -1.0;
-  at::Tensor v = (old.detach() + sign * shift.to(old.scalar_type())).contiguous();
-  v.set_requires_grad(old.requires_grad());
-  m.setattr(attr, v);
-}
-
-// The grid GPTQ rounds on: the nearest rounding's scales, each slice's
-// (channel's or group's) shrunk by the factor in {1, 0.95, ..., 0.5} whose
-// nearest rounding has the least error weighted by the Hessian's diagonal
-// (each column's input energy). At 4 bits, clipping a channel's few largest
-// weights often costs less than coarse steps for all the others (the grid
-// search of GPTQ's reference code, weighted as GPTQ's objective is).
-wformat::QuantizedWeight searched_grid(const wformat::QuantizedWeight& nearest, const at::Tensor& w,
-                                       const at::Tensor& h) {
-  wformat::QuantizedWeight trial = nearest;
-  const wformat::WeightGrid grid(trial);  // reads trial's scales as they change
-  const int64_t rows = w.size(0), K = w.numel() / std::max<int64_t>(rows, 1);
-  const int64_t per = rows / std::max<int64_t>(h.size(0), 1);
-  const at::Tensor diag = h.diagonal(0, 1, 2).to(at::kDouble).contiguous();  // [groups, K]
-  const double* D = diag.data_ptr<double>();
-  const float* W = w.data_ptr<float>();
-  const size_t slices = nearest.scales.size();
-  std::vector<double> best(slices, std::numeric_limits<double>::infinity()), factor(slices, 1.0);
-  for (int step = 0; step <= 10; ++step) {
-    const double f = 1.0 - 0.05 * step;
-    for (size_t i = 0; i < slices; ++i) trial.scales[i] = static_cast<float>(nearest.scales[i] * f);
-    std::vector<double> err(slices, 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < K; ++k) {
-        const auto flat = static_cast<size_t>(r * K + k);
-        const double d = W[flat] - grid.nearest(flat, W[flat]);
-        err[grid.slice(flat)] += D[(r / per) * K + k] * d * d;
-      }
-    for (size_t i = 0; i < slices; ++i)
-      if (err[i] < best[i]) best[i] = err[i], factor[i] = f;
-  }
-  for (size_t i = 0; i < slices; ++i)
-    trial.scales[i] = static_cast<float>(nearest.scales[i] * factor[i]);
-  return trial;
-}
-
 Outcome run_job(QuantizeContext& ctx, Job& j) {
   const LayerPlan& lp = *j.lp;
   auto layer = find_submodule(ctx.model, lp.info.name);
@@ -265,7 +234,7 @@ Outcome run_job(QuantizeContext& ctx, Job& j) {
                                    w.sizes().vec())
             : nearest;
     const wformat::QuantizedWeight scales =
-        st.scale_search ? searched_grid(base, target, j.h) : base;
+        st.scale_search ? gptq_searched_grid(base, target, j.h) : base;
     const wformat::WeightGrid grid(scales);
     auto values = gptq_round(target, j.h, grid, st);
     auto rounded = wformat::quantize_weight_with(values.data(), scales);
@@ -308,78 +277,9 @@ Outcome run_job(QuantizeContext& ctx, Job& j) {
   return out;
 }
 
-// The layer's output SQNR on held-out inputs: nearest rounding vs the
-// algorithms' result (weights and bias).
-void holdout_sqnr(const QuantizeContext& ctx, Job& j, const Outcome& o, const at::Tensor& x) {
-  auto layer = find_submodule(ctx.model, j.lp->info.name);
-  const at::Tensor w = layer.attr("weight").toTensor().detach().to(at::kFloat);
-  at::Tensor b = layer.hasattr("bias") && layer.attr("bias").isTensor()
-                     ? layer.attr("bias").toTensor().detach().to(at::kFloat)
-                     : at::Tensor();
-  const auto nearest = round_planned_weight(ctx, ctx.model, *j.lp);
-  const at::Tensor wn = values_of(nearest, w), wa = o.rounded ? values_of(*o.rounded, w) : wn;
-  at::Tensor ba = b;
-  // A shift applied to the BatchNorm after the layer acts as a bias.
-  if (o.bias_shift.defined())
-    ba = b.defined() ? b + o.bias_shift.to(at::kFloat) : o.bias_shift.to(at::kFloat);
-  const at::Tensor xf = x.to(at::kFloat), y = layer_forward(j.g, xf, w, b);
-  j.facts["holdout_output_sqnr_db"] = {
-      {"nearest", tensor_sqnr_db(y, layer_forward(j.g, xf, wn, b))},
-      {"after", tensor_sqnr_db(y, layer_forward(j.g, xf, wa, ba))},
-      {"samples", x.size(0)}};
-}
-
 }  // namespace
 
 namespace {
-
-// A copy of the float model whose quantized layers are rounded to nearest,
-// but for the GPTQ layers of `jobs` (still float: apply_outcome puts each
-// one's result in). Sequential GPTQ rounds into it.
-torch::jit::Module rounded_shadow(const QuantizeContext& ctx, const std::vector<Job>& jobs) {
-  torch::jit::Module shadow = ctx.model.clone();
-  std::set<std::string> gptq;
-  for (const auto& j : jobs)
-    if (j.gptq) gptq.insert(j.lp->info.name);
-  for (const auto& lp : ctx.plan.layers) {
-    if (!lp.quantized() || !lp.weights.quantized() || gptq.count(lp.info.name)) continue;
-    auto layer = find_submodule(shadow, lp.info.name);
-    if (layer.hasattr("weight") && layer.attr("weight").isTensor())
-      set_weight_values(layer, round_planned_weight(ctx, ctx.model, lp).dequant);
-  }
-  return shadow;
-}
-
-// Puts a job's result (GPTQ's weight, the bias shift) into a rounded copy.
-void apply_outcome(const QuantizeContext& ctx, torch::jit::Module& rounded, const Job& j,
-                   const Outcome& o) {
-  if (o.rounded) {
-    auto layer = find_submodule(rounded, j.lp->info.name);
-    set_weight_values(layer, o.rounded->dequant);
-  }
-  if (o.bias_shift.defined()) apply_bias_shift(ctx, rounded, j, o.bias_shift);
-}
-
-}  // namespace
-
-CaptureOptions detail::holdout_capture() {
-  CaptureOptions o;
-  o.samples = [](const std::string&, const at::Tensor& x) {
-    const int64_t n = x.dim() > 0 ? x.size(0) : 1;
-    const int64_t per = std::max<int64_t>(1, x.numel() / std::max<int64_t>(n, 1));
-    return std::clamp<int64_t>((int64_t{1} << 17) / per, 1, n);
-  };
-  return o;
-}
-
-namespace {
-
-struct Results {
-  std::map<std::string, Outcome> outcomes;
-  size_t passes = 0, peak = 0;
-  std::string pieces_why;                     // sequential: why the model was not cut into pieces
-  std::optional<torch::jit::Module> rounded;  // the model with every result in (sequential)
-};
 
 size_t tensor_bytes(const std::vector<c10::IValue>& values) {
   size_t b = 0;
@@ -481,34 +381,6 @@ Results run_passes(QuantizeContext& ctx, CalibrationData& data, std::vector<Job>
   return r;
 }
 
-// Each layer's output inside the rounded model against the float model's,
-// on the held-out batch: with every quantized layer rounded to nearest, and
-// with the algorithms' results. Unlike holdout_output_sqnr_db (the layer
-// alone, on float inputs), this includes the error coming in from the
-// layers before. Returns the float model's capture (inputs and outputs).
-LayerCapture holdout_in_model(const QuantizeContext& ctx, CalibrationData& data,
-                              std::vector<Job>& jobs, Results& r) {
-  if (!r.rounded) {
-    r.rounded = rounded_shadow(ctx, jobs);
-    for (auto& j : jobs) apply_outcome(ctx, *r.rounded, j, r.outcomes[j.lp->info.name]);
-  }
-  CaptureOptions o = detail::holdout_capture();
-  o.outputs = true;
-  auto fl = capture_layers(ctx.model, data.holdout(), o);
-  const auto near = capture_layers(rounded_shadow(ctx, {}), data.holdout(), o);
-  const auto after = capture_layers(*r.rounded, data.holdout(), o);
-  for (auto& j : jobs) {
-    const std::string& name = j.lp->info.name;
-    const auto& fo = fl.outputs;
-    auto y = fo.find(name), n = near.outputs.find(name), a = after.outputs.find(name);
-    if (y == fo.end() || n == near.outputs.end() || a == after.outputs.end()) continue;
-    j.facts["holdout_model_output_sqnr_db"] = {{"nearest", tensor_sqnr_db(y->second, n->second)},
-                                               {"after", tensor_sqnr_db(y->second, a->second)},
-                                               {"samples", y->second.size(0)}};
-  }
-  return fl;
-}
-
 }  // namespace
 
 void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t budget) {
@@ -532,24 +404,7 @@ void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t b
         j.r = at::zeros({j.h.size(0), j.w.size(0) / j.h.size(0), j.h.size(1)}, at::kDouble);
       }
   Results r = run_passes(ctx, data, jobs, budget, sequential);
-  // With GPTQ, also each layer's output inside the rounded model (bias
-  // correction alone changes too little to be worth the two more runs).
-  const auto held = gptq ? holdout_in_model(ctx, data, jobs, r)
-                         : capture_layers(ctx.model, data.holdout(), detail::holdout_capture());
-  for (auto& j : jobs) {
-    const std::string& name = j.lp->info.name;
-    const Outcome& o = r.outcomes[name];
-    auto x = held.inputs.find(name);
-    if (x != held.inputs.end() && j.g.why.empty()) holdout_sqnr(ctx, j, o, x->second);
-    if (o.rounded) ctx.weight_overrides[name] = o.rounded;
-    for (const auto& [k, v] : j.facts.items()) ctx.algorithm_facts[name][k] = v;
-  }
-  // Biases change last: the statistics above are of the float model (and of
-  // the rounded copy, for sequential GPTQ).
-  for (const auto& j : jobs) {
-    const Outcome& o = r.outcomes[j.lp->info.name];
-    if (o.bias_shift.defined()) apply_bias_shift(ctx, ctx.model, j, o.bias_shift);
-  }
+  apply_results(ctx, data, jobs, r, gptq, sequential);
   nlohmann::json facts = {{"layers", jobs.size()},
                           {"passes", r.passes},
                           {"sequential", sequential},

@@ -3,8 +3,13 @@
 
 #include "taoquant/data.h"
 #include "taoquant/error.h"
+#include "taoquant/interrupt.h"
 
 namespace tq {
+
+namespace {
+const char* const kWhat = "calibration data dataset.quant_calibration_dataset";
+}  // namespace
 
 CalibrationData::CalibrationData(DataLoader& loader, Progress progress)
     : loader_(loader), progress_(std::move(progress)) {}
@@ -13,6 +18,7 @@ const Batch& CalibrationData::first() {
   if (!have_first_) {
     loader_.reset();
     if (!loader_.next(first_)) throw RuntimeError("calibration data is empty: " + describe());
+    check_finite(first_, loader_, kWhat);
     have_first_ = true;
   }
   return first_;
@@ -32,6 +38,8 @@ void CalibrationData::pass(const BatchFn& fn) {
   std::vector<at::Tensor> prev;
   size_t done = 0;
   while (loader_.next(b)) {
+    throw_if_interrupted();
+    check_finite(b, loader_, kWhat);
     if (!prev.empty()) run(prev, false);
     prev = std::move(b.inputs);
     if (show) progress_("calibrate", ++done, total);

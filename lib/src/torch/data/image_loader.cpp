@@ -119,6 +119,10 @@ class ImageFolderLoader : public DataLoader {
   size_t num_batches() const override { return static_cast<size_t>(plan_.num_batches); }
   bool has_labels() const override { return want_labels_ && !class_names_.empty(); }
   std::vector<std::string> class_names() const override { return class_names_; }
+  std::string sample_name(size_t position) const override {
+    if (position >= order_.size()) return DataLoader::sample_name(position);
+    return "image '" + samples_[static_cast<size_t>(order_[position])].path + "'";
+  }
   std::string describe() const override {
     std::string s =
         "images " + src_.images_dir + " (" + std::to_string(plan_.num_samples) + " samples";

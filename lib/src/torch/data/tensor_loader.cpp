@@ -94,6 +94,10 @@ class TensorFileLoader : public DataLoader {
   size_t num_samples() const override { return static_cast<size_t>(plan_.num_samples); }
   size_t num_batches() const override { return static_cast<size_t>(plan_.num_batches); }
   bool has_labels() const override { return labels_ != nullptr; }
+  std::string sample_name(size_t position) const override {
+    const auto index = position < order_.size() ? order_[position] : static_cast<int64_t>(position);
+    return "sample " + std::to_string(index);
+  }
   std::string describe() const override {
     std::string s;
     for (const auto& k : kinds_) s += (s.empty() ? "" : " + ") + k;

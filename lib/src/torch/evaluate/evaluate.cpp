@@ -225,15 +225,8 @@ void check_output(const at::Tensor& y, const Batch& b, const std::string& path,
                        src.images_dir + ") but model '" + path + "' outputs " +
                        std::to_string(classes) +
                        " classes; the model and the test data do not match");
-  const int64_t lo = b.labels.min().item<int64_t>(), hi = b.labels.max().item<int64_t>();
-  if (lo >= 0 && hi < classes) return;
-  const int64_t bad = lo < 0 ? lo : hi;
-  const int64_t at = b.labels.eq(bad).nonzero()[0][0].item<int64_t>();
-  throw RuntimeError(
-      "model '" + path + "' outputs " + std::to_string(classes) + " classes but the test data (" +
-      out.data_description + ") has label " + std::to_string(bad) + " at sample " +
-      std::to_string(b.first_index + static_cast<size_t>(at)) +
-      "; the model and the test data do not match (check " + kTestKey + ".label_key/classes)");
+  check_labels(b.labels, b.first_index, loader, classes,
+               "the test data " + kTestKey + " of model '" + path + "'");
 }
 
 // The accuracy and fidelity pass: every model sees the same batch.

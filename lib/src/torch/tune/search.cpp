@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "taoquant/backend.h"
 #include "taoquant/error.h"
+#include "taoquant/strings.h"
 
 namespace tq::tune {
 
@@ -79,18 +81,95 @@ std::optional<double> measured(Gate g, const Measured& x, std::optional<double> 
 }  // namespace
 
 std::string failed_gate(const TuneSettings& t, const Measured& x, std::optional<double> float_top1,
-                        double* shortfall) {
+                        double* shortfall, bool simulated) {
   std::string first;
   double off = 0;
   for (const auto& [gate, limit] : t.gates.limits) {
     const auto value = measured(gate, x, float_top1);
-    if (!value || t.gates.holds(gate, *value)) continue;
+    if (!value && simulated && gate == Gate::kMinSpeedup) continue;
+    if (value && t.gates.holds(gate, *value)) continue;
     const GateDef& d = gate_def(gate);
-    off += std::abs(*value - limit) / d.scale;
-    if (first.empty()) first = t.gates.describe(gate, *value);
+    // Unmeasured (or NaN): as far off as a value can be, ranked last.
+    const double miss = value ? std::abs(*value - limit) / d.scale : 0;
+    off += std::isfinite(miss) && value ? miss : 1e9;
+    if (first.empty())
+      first = value ? t.gates.describe(gate, *value)
+                    : std::string(d.name) + " " + format_fixed(limit, 2) + ": not measured";
   }
   if (shortfall) *shortfall = off;
   return first;
+}
+
+void check_gates_measurable(const Spec& spec, const TuneSettings& t) {
+  if (!t.gates.has(Gate::kMinSpeedup)) return;
+  const auto b =
+      BackendRegistry::instance().resolve(spec.quantize.backend, spec.loc("quantize.backend"));
+  const BackendOptions options = check_capabilities(spec, b);
+  const bool off = options.has("latency_check") && !options.get_bool("latency_check");
+  if (b.info->caps.for_mode(spec.quantize.mode).times_model && !off) return;
+  throw SpecError(spec.loc("quantize.tune.min_speedup"),
+                  "quantize.tune.min_speedup: backend '" + b.info->name + "' in mode " +
+                      std::string(to_string(spec.quantize.mode)) +
+                      (off ? " with backend_kwargs.latency_check false times nothing, so"
+                           : " does not time the quantized model against float, so") +
+                      " tune cannot measure a speedup; remove the gate (evaluate's "
+                      "evaluate.gates.min_speedup measures any artifact)");
+}
+
+// The float layers, effective bits and speedup of a real run.
+Measured measured_run(const Session& s, const QuantizeOutcome& out, const Metrics& m) {
+  Measured x;
+  x.m = m;
+  Assignment real;
+  for (const auto& r : out.layers) {
+    if (r.kept_float) continue;
+    for (const auto& lp : out.plan.layers)
+      if (lp.info.name == r.name && lp.weights.quantized()) real[r.name] = lp.weights.dtype;
+  }
+  x.bits = effective_bits(s.sim().layers(), real);
+  for (const auto& l : s.sim().layers())
+    if (!real.count(l.name)) ++x.float_layers;
+  const auto lat = out.report.value("backend", nlohmann::json::object())
+                       .value("meta", nlohmann::json::object())
+                       .value("latency_check", nlohmann::json::array());
+  for (const auto& e : lat)
+    if (e.contains("int8_ms") && e.value("int8_ms", 0.0) > 0) {
+      const double sp = e.value("fp32_ms", 0.0) / e.value("int8_ms", 1.0);
+      x.speedup = x.speedup ? std::min(*x.speedup, sp) : sp;
+    }
+  return x;
+}
+
+void apply_move(Assignment& a, const Move& m) {
+  if (m.to == DType::kNative)
+    a.erase(m.layer);
+  else
+    a[m.layer] = m.to;
+}
+
+std::string describe(const Move& m) {
+  return m.layer + " " + std::string(to_string(m.from)) + " -> " + std::string(to_string(m.to));
+}
+
+nlohmann::json formats_json(const Assignment& a, const std::vector<SimLayer>& layers) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& l : layers) {
+    auto it = a.find(l.name);
+    j[l.name] = std::string(to_string(it == a.end() ? DType::kNative : it->second));
+  }
+  return j;
+}
+
+nlohmann::json settings_json(const TuneSettings& t) {
+  auto formats = names_of(t.formats);
+  if (t.allow_float) formats.push_back("native");
+  nlohmann::json j{{"formats", formats},
+                   {"search", t.search},
+                   {"time_budget_s", t.time_budget_s},
+                   {"samples", t.samples},
+                   {"data", t.data.empty() ? "default" : t.data}};
+  for (const auto& [gate, limit] : t.gates.limits) j[gate_def(gate).name] = limit;
+  return j;
 }
 
 bool better(const Measured& a, const std::string& a_failed, double a_short, const Measured& b,

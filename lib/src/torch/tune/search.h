@@ -24,6 +24,11 @@ struct TuneSettings {
 // quantize.tune from the resolved spec (checked by the spec reader).
 TuneSettings read_settings(const Spec& spec);
 
+// A gate the spec's backend and mode cannot measure is a SpecError at its
+// key (exit 2) before any work: min_speedup needs a backend that times the
+// quantized model (ModeCaps::times_model) with its latency check on.
+void check_gates_measurable(const Spec& spec, const TuneSettings& t);
+
 // What one candidate measured: the output metrics, the effective bits, the
 // float layers and (real runs of a backend that times itself) the speedup.
 struct Measured {
@@ -35,8 +40,20 @@ struct Measured {
 
 // The first gate `x` fails ("max_top1_drop 0.5: measured 0.81 pt"), "" when
 // all hold. How far off it is, for ranking failing candidates: `shortfall`.
+// A gate without a value fails ("min_speedup 2.00: not measured"), but in a
+// simulation (`simulated`), which measures no speedup: that gate waits for
+// the real runs.
 std::string failed_gate(const TuneSettings& t, const Measured& x, std::optional<double> float_top1,
-                        double* shortfall = nullptr);
+                        double* shortfall = nullptr, bool simulated = false);
+
+// The float layers, effective bits and speedup of a real run (`out`, its
+// plan and report as run) with the metrics `m` of its artifact.
+Measured measured_run(const Session& s, const QuantizeOutcome& out, const Metrics& m);
+
+// Each layer's format in `a` ("native" where it has none), for the report.
+nlohmann::json formats_json(const Assignment& a, const std::vector<SimLayer>& layers);
+// The settings as the report shows them.
+nlohmann::json settings_json(const TuneSettings& t);
 
 // Whether candidate a is better than b (both measured).
 bool better(const Measured& a, const std::string& a_failed, double a_short, const Measured& b,
@@ -47,6 +64,10 @@ struct Move {
   std::string layer;
   DType from = DType::kNative, to = DType::kNative;
 };
+
+// `a` after the move; "layer int4 -> int8".
+void apply_move(Assignment& a, const Move& m);
+std::string describe(const Move& m);
 
 // The formats a layer may take, cheapest first (native last when allowed).
 std::vector<DType> ladder(const SimLayer& l, const TuneSettings& t);

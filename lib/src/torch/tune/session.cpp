@@ -6,6 +6,7 @@
 
 #include "taoquant/data.h"
 #include "taoquant/error.h"
+#include "taoquant/interrupt.h"
 #include "taoquant/model.h"
 #include "taoquant/sqnr.h"
 
@@ -13,34 +14,11 @@ namespace tq::tune {
 
 namespace {
 
-// Up to `max_samples` leading samples of a data source.
-EvalSample read_sample(const Spec& spec, const DataSourceSpec& src, const std::string& key,
-                       size_t max_samples) {
-  auto loader = make_data_loader(spec, src, key, /*want_labels=*/true);
-  EvalSample s;
-  std::vector<at::Tensor> labels;
-  Batch b;
-  while (s.samples < max_samples && loader->next(b)) {
-    const auto take = static_cast<int64_t>(
-        std::min<size_t>(static_cast<size_t>(b.inputs.at(0).size(0)), max_samples - s.samples));
-    std::vector<at::Tensor> in;
-    for (const auto& t : b.inputs) in.push_back(t.narrow(0, 0, take));
-    s.batches.push_back(in);
-    if (b.labels.defined()) labels.push_back(b.labels.narrow(0, 0, take));
-    s.samples += static_cast<size_t>(take);
-  }
-  if (s.samples == 0) throw RuntimeError(key + ": no samples (" + loader->describe() + ")");
-  if (labels.size() == s.batches.size()) s.labels = at::cat(labels);
-  s.description =
-      key + " " + loader->describe() + ", first " + std::to_string(s.samples) + " samples";
-  return s;
-}
-
-EvalSample load_sample(const Spec& spec, const std::string& data, size_t max_samples) {
-  if (evaluation_source(spec, data) == "dataset.test_dataset")
-    return read_sample(spec, *spec.dataset.test_dataset, "dataset.test_dataset", max_samples);
-  return read_sample(spec, *spec.dataset.quant_calibration_dataset,
-                     "dataset.quant_calibration_dataset", max_samples);
+const DataSourceSpec& source_at(const Spec& spec, const std::string& key) {
+  const auto& ds = spec.dataset;
+  if (key == "dataset.validation_dataset") return *ds.validation_dataset;
+  if (key == "dataset.test_dataset") return *ds.test_dataset;
+  return *ds.quant_calibration_dataset;
 }
 
 // The plan's quantized weight formats, else int8.
@@ -56,12 +34,66 @@ std::vector<DType> default_formats(const Plan& plan) {
 
 }  // namespace
 
+EvalSample read_sample(const Spec& spec, const std::string& key, size_t max_samples) {
+  std::shared_ptr<DataLoader> loader =
+      make_data_loader(spec, source_at(spec, key), key, /*want_labels=*/true);
+  EvalSample s;
+  s.key = key;
+  std::vector<at::Tensor> labels;
+  Batch b;
+  while (s.samples < max_samples && loader->next(b)) {
+    throw_if_interrupted();
+    check_finite(b, *loader, "evaluation data " + key);
+    const auto take = static_cast<int64_t>(
+        std::min<size_t>(static_cast<size_t>(b.inputs.at(0).size(0)), max_samples - s.samples));
+    std::vector<at::Tensor> in;
+    for (const auto& t : b.inputs) in.push_back(t.narrow(0, 0, take));
+    s.batches.push_back(in);
+    if (b.labels.defined()) labels.push_back(b.labels.narrow(0, 0, take));
+    s.samples += static_cast<size_t>(take);
+  }
+  if (s.samples == 0) throw RuntimeError(key + ": no samples (" + loader->describe() + ")");
+  if (labels.size() == s.batches.size()) s.labels = at::cat(labels);
+  s.description =
+      key + " " + loader->describe() + ", first " + std::to_string(s.samples) + " samples";
+  s.loader = std::move(loader);
+  return s;
+}
+
+void check_sample_labels(const EvalSample& s, int64_t classes) {
+  if (s.has_labels()) check_labels(s.labels, 0, *s.loader, classes, "evaluation data " + s.key);
+}
+
+Metrics metrics_against(const at::Tensor& reference, const at::Tensor& labels,
+                        const at::Tensor& out_) {
+  const at::Tensor out = out_.to(at::kFloat).flatten(1);
+  const at::Tensor ref = reference.narrow(0, 0, out.size(0));
+  Metrics m;
+  SqnrEnergy e;
+  e.add_sums(ref.pow(2).sum().item<double>(), (ref - out).pow(2).sum().item<double>());
+  m.sqnr_db = e.db();
+  const at::Tensor pred = out.argmax(1);
+  const auto n = static_cast<double>(out.size(0));
+  m.top1_agreement = 100.0 * pred.eq(ref.argmax(1)).sum().item<double>() / n;
+  if (labels.defined())
+    m.top1 = 100.0 * pred.eq(labels.narrow(0, 0, out.size(0))).sum().item<double>() / n;
+  return m;
+}
+
 }  // namespace tq::tune
 
 namespace tq {
 
 std::string evaluation_source(const Spec& spec, const std::string& data) {
   const auto& ds = spec.dataset;
+  if (data == "validation" || (data.empty() && ds.validation_dataset)) {
+    if (!ds.validation_dataset)
+      throw SpecError(spec.loc("dataset"),
+                      "the evaluation data is dataset.validation_dataset, which is not set; set "
+                      "it, or use the test data (data: test) or the calibration data "
+                      "(data: calibration)");
+    return "dataset.validation_dataset";
+  }
   if (data == "test" || (data.empty() && ds.test_dataset)) {
     if (!ds.test_dataset)
       throw SpecError(spec.loc("dataset"),
@@ -101,7 +133,7 @@ Session::Session(const Spec& spec, const std::vector<DType>& formats, const std:
   if (progress) progress("planning", 0, 1);
   inspect_ = run_inspect(spec);
   formats_ = formats.empty() ? default_formats(inspect_.plan) : formats;
-  sample_ = load_sample(spec, data, max_samples);
+  sample_ = read_sample(spec, evaluation_source(spec, data), max_samples);
   auto model = load_model(spec.quantize.model_path, spec.loc("quantize.model_path"));
   const auto caps = inspect_.backend.info->caps.for_mode(inspect_.plan.mode);
   std::unique_ptr<DataLoader> loader;
@@ -119,25 +151,14 @@ Session::Session(const Spec& spec, const std::vector<DType>& formats, const std:
   std::vector<at::Tensor> outs;
   for (const auto& b : sample_.batches) outs.push_back(sim_->run(b));
   reference_ = at::cat(outs).to(at::kFloat).flatten(1);
+  check_sample_labels(sample_, reference_.size(1));
   if (sample_.has_labels()) float_top1_ = metrics_of(reference_).top1;
 }
 
 Session::~Session() = default;
 
-Metrics Session::metrics_of(const at::Tensor& out_) const {
-  const at::Tensor out = out_.to(at::kFloat).flatten(1);
-  const at::Tensor reference_ = this->reference_.narrow(0, 0, out.size(0));
-  Metrics m;
-  SqnrEnergy e;
-  e.add_sums(reference_.pow(2).sum().item<double>(),
-             (reference_ - out).pow(2).sum().item<double>());
-  m.sqnr_db = e.db();
-  const at::Tensor pred = out.argmax(1);
-  const auto n = static_cast<double>(out.size(0));
-  m.top1_agreement = 100.0 * pred.eq(reference_.argmax(1)).sum().item<double>() / n;
-  if (sample_.has_labels())
-    m.top1 = 100.0 * pred.eq(sample_.labels.narrow(0, 0, out.size(0))).sum().item<double>() / n;
-  return m;
+Metrics Session::metrics_of(const at::Tensor& out) const {
+  return metrics_against(reference_, sample_.labels, out);
 }
 
 Metrics Session::measure(const Assignment& a, size_t limit) {
@@ -145,6 +166,7 @@ Metrics Session::measure(const Assignment& a, size_t limit) {
   std::vector<at::Tensor> outs;
   size_t n = 0;
   for (const auto& b : sample_.batches) {
+    throw_if_interrupted();
     if (limit && n >= limit) break;
     const auto size = static_cast<size_t>(b.at(0).size(0));
     if (!limit || n + size <= limit) {

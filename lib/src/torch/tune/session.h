@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "simulator.h"
+#include "taoquant/data.h"
 #include "taoquant/pipeline.h"
 #include "taoquant/spec.h"
 #include "taoquant/tune.h"
@@ -27,16 +28,34 @@ struct EvalSample {
   std::vector<std::vector<at::Tensor>> batches;
   at::Tensor labels;  // int64 [N], undefined without labels
   size_t samples = 0;
-  std::string description;  // "test data npz test.npz: 1000 samples"
+  std::string key;          // "dataset.test_dataset"
+  std::string description;  // "dataset.test_dataset npz test.npz (...), first 1000 samples"
+  std::shared_ptr<DataLoader> loader;  // the source, for the names of its samples
   bool has_labels() const { return labels.defined(); }
 };
+
+// Up to `max_samples` leading samples of the data source at `key`
+// ("dataset.test_dataset", "dataset.validation_dataset",
+// "dataset.quant_calibration_dataset"), checked to be finite.
+EvalSample read_sample(const Spec& spec, const std::string& key, size_t max_samples);
+
+// Metrics of `out` (the outputs of the leading samples of `labels`'s data)
+// against the float model's outputs `reference` (flattened per sample).
+Metrics metrics_against(const at::Tensor& reference, const at::Tensor& labels,
+                        const at::Tensor& out);
+
+// Checks the sample's labels against the model's `classes` outputs
+// (check_labels: exit 1 naming the file, the sample and the range).
+void check_sample_labels(const EvalSample& s, int64_t classes);
 
 using Progress = std::function<void(const std::string& what, size_t done, size_t total)>;
 
 class Session {
  public:
-  // `data`: "test" (dataset.test_dataset, the default when it is set) or
-  // "calibration" (leading samples of dataset.quant_calibration_dataset).
+  // `data`: "validation" (dataset.validation_dataset, the default when it
+  // is set), "test" (dataset.test_dataset, the default otherwise, when
+  // set) or "calibration" (leading samples of
+  // dataset.quant_calibration_dataset).
   // `formats`: candidate weight formats (empty: the plan's, else int8).
   Session(const Spec& spec, const std::vector<DType>& formats, const std::string& data,
           size_t max_samples, const Progress& progress);

@@ -1,10 +1,10 @@
 // `tao-quant tune`: sensitivity, a search in simulation, then real quantize
 // runs of the spec's backend, checked on the evaluation sample, until the
 // gates hold or the time budget ends. The best candidate so far is always
-// on disk (artifact, report, tuned_spec.yaml); the last step rebuilds it
-// from tuned_spec.yaml, so that the spec reproduces it byte for byte.
+// on disk (artifact, report, and the tuned_spec.yaml it was built from,
+// which reproduces it byte for byte), also after SIGINT or SIGTERM; with
+// validation data to select on, the result is also measured on the test set.
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -14,13 +14,16 @@
 #include <spdlog/spdlog.h>
 #include <torch/script.h>
 
-#include "../evaluate/eval_impl.h"
 #include "search.h"
 #include "taoquant/batch.h"
 #include "taoquant/calibration.h"
+#include "taoquant/interrupt.h"
 #include "taoquant/model.h"
 #include "taoquant/steps.h"
+#include "taoquant/timing_cache.h"
 #include "taoquant/tune.h"
+#include "test_set.h"
+#include "tuned_spec.h"
 
 namespace tq {
 
@@ -31,80 +34,6 @@ using tune::Measured;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A key as YAML reads it back: plain when it is a word, else quoted.
-std::string key_text(const std::string& k) {
-  const bool word = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  });
-  return word ? k : nlohmann::json(k).dump();
-}
-
-// A value in YAML flow style: {key: value, ...}, [a, b]; strings quoted
-// (JSON's escapes are YAML's), so that they read back as strings.
-std::string flow(const nlohmann::json& v) {
-  std::string out;
-  if (v.is_object()) {
-    for (const auto& [k, x] : v.items())
-      out += (out.empty() ? "" : ", ") + key_text(k) + ": " + flow(x);
-    return "{" + out + "}";
-  }
-  if (v.is_array()) {
-    for (const auto& x : v) out += (out.empty() ? "" : ", ") + flow(x);
-    return "[" + out + "]";
-  }
-  return v.dump();
-}
-
-void emit_yaml(const nlohmann::json& j, const std::string& indent, std::string& out) {
-  for (const auto& [key, v] : j.items()) {
-    out += indent + key_text(key) + ":";
-    if (v.is_object() && !v.empty()) {
-      out += "\n";
-      emit_yaml(v, indent + "  ", out);
-    } else if (v.is_array() && !v.empty()) {
-      out += "\n";
-      for (const auto& item : v) out += indent + "  - " + flow(item) + "\n";
-    } else {
-      out += " " + flow(v) + "\n";
-    }
-  }
-}
-
-// The float layers, effective bits and speedup of a real run.
-Measured measured_run(const tune::Session& s, const QuantizeOutcome& out, const tune::Metrics& m) {
-  Measured x;
-  x.m = m;
-  Assignment real;
-  for (const auto& r : out.layers) {
-    if (r.kept_float) continue;
-    for (const auto& lp : out.plan.layers)
-      if (lp.info.name == r.name && lp.weights.quantized()) real[r.name] = lp.weights.dtype;
-  }
-  x.bits = tune::effective_bits(s.sim().layers(), real);
-  for (const auto& l : s.sim().layers())
-    if (!real.count(l.name)) ++x.float_layers;
-  const auto lat = out.report.value("backend", nlohmann::json::object())
-                       .value("meta", nlohmann::json::object())
-                       .value("latency_check", nlohmann::json::array());
-  for (const auto& e : lat)
-    if (e.contains("int8_ms") && e.value("int8_ms", 0.0) > 0) {
-      const double sp = e.value("fp32_ms", 0.0) / e.value("int8_ms", 1.0);
-      x.speedup = x.speedup ? std::min(*x.speedup, sp) : sp;
-    }
-  return x;
-}
-
-void apply_move(Assignment& a, const tune::Move& m) {
-  if (m.to == DType::kNative)
-    a.erase(m.layer);
-  else
-    a[m.layer] = m.to;
-}
-
-std::string describe(const tune::Move& m) {
-  return m.layer + " " + std::string(to_string(m.from)) + " -> " + std::string(to_string(m.to));
-}
 
 // Copies a file through a temporary file and a rename (write_text_atomic).
 void copy_atomic(const std::string& from, const std::string& to) {
@@ -122,24 +51,7 @@ struct Candidate {
   std::string spec_text;  // the tuned spec a real run was built from
 };
 
-nlohmann::json formats_json(const Assignment& a, const std::vector<tune::SimLayer>& layers) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& l : layers) {
-    auto it = a.find(l.name);
-    j[l.name] = std::string(to_string(it == a.end() ? DType::kNative : it->second));
-  }
-  return j;
-}
-
 }  // namespace
-
-std::string spec_yaml(const nlohmann::json& tree) {
-  std::string out =
-      "# Written by tao-quant tune: an ordinary spec (tao-quant quantize -e "
-      "this file reproduces the tuned artifact).\n";
-  emit_yaml(tree, "", out);
-  return out;
-}
 
 namespace {
 
@@ -173,9 +85,12 @@ class Tuner {
     if (opts_.on_step) opts_.on_step(line);
   }
   nlohmann::json tuned_tree(const Assignment& a) const;
-  nlohmann::json weights_rule(const std::string& layer, DType d) const;
   Candidate real_step(const Assignment& a);
   tune::Metrics measure_artifact(const std::string& path);
+  void start();
+  void search();
+  [[noreturn]] void interrupted(const Interrupted& e);
+  nlohmann::json tune_json(const std::string& status, const Candidate& c) const;
   void record(const char* kind, const Candidate& c, const std::string& change, double seconds);
   void keep(const Candidate& c, const QuantizeOutcome& out);
   void plan_path();
@@ -204,57 +119,19 @@ class Tuner {
   std::map<size_t, bool> sim_passed_;
   double slowest_real_s_ = 0, sim_s_ = 0;
   std::string budget_note_;  // what the time budget cut short, if anything
+  std::string data_key_;     // the selection data's spec key
   int steps_ = 0, real_steps_ = 0;
 };
 
-// The explicit weight setting of a layer in the tuned spec: what the
-// simulator quantized it with.
-nlohmann::json Tuner::weights_rule(const std::string& layer, DType d) const {
-  for (const auto& lp : s_->plan().layers) {
-    if (lp.info.name != layer) continue;
-    const TensorQuant w = tune::weight_setting(lp, d);
-    nlohmann::json j{{"dtype", std::string(to_string(d))},
-                     {"granularity", std::string(to_string(w.granularity))},
-                     {"symmetric", w.symmetric}};
-    if (w.granularity == Granularity::kPerGroup) j["group_size"] = w.group_size;
-    return j;
-  }
-  return {{"dtype", std::string(to_string(d))}};
-}
-
+// The tuned spec of `a`: tune's own timing cache (static mode) from the
+// first real run on, so that every run and tuned_spec.yaml name it.
 nlohmann::json Tuner::tuned_tree(const Assignment& a) const {
-  nlohmann::json tree = spec_.resolved;
-  auto& q = tree["quantize"];
-  q.erase("tune");
-  q.erase("sensitivity");  // the tune report has it; the real runs do without
-  auto layers = q.value("layers", nlohmann::json::array());
-  auto skips = q.value("skip_names", nlohmann::json::array());
-  for (const auto& l : s_->sim().layers()) {
-    auto it = a.find(l.name);
-    if (it == a.end()) {
-      skips.push_back(l.name);
-      continue;
-    }
-    layers.push_back({{"module_name", l.name}, {"weights", weights_rule(l.name, it->second)}});
-  }
-  q["layers"] = layers;
-  q["skip_names"] = skips;
-  if (!user_cache_ && fs::exists(cache_)) q["timing_cache"] = cache_;
-  return tree;
+  const std::string cache = !user_cache_ && fs::exists(cache_) ? cache_ : "";
+  return tune::tuned_tree(spec_, s_->plan(), s_->sim().layers(), a, cache);
 }
 
 tune::Metrics Tuner::measure_artifact(const std::string& path) {
-  const std::string engine = eval::read_artifact_qengine(path);
-  if (!engine.empty()) eval::set_qengine(engine, path);
-  auto m = torch::jit::load(path);
-  m.eval();
-  torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> outs;
-  for (const auto& b : s_->sample().batches) {
-    std::vector<c10::IValue> in(b.begin(), b.end());
-    outs.push_back(eval::output_tensor(m.forward(in), path));
-  }
-  return s_->metrics_of(at::cat(outs));
+  return s_->metrics_of(tune::artifact_outputs(path, s_->sample().batches));
 }
 
 void Tuner::record(const char* kind, const Candidate& c, const std::string& change,
@@ -271,7 +148,7 @@ void Tuner::record(const char* kind, const Candidate& c, const std::string& chan
   if (c.x.m.top1) j["top1"] = *c.x.m.top1;
   if (c.x.speedup) j["speedup"] = *c.x.speedup;
   if (!change.empty()) j["change"] = change;
-  if (std::string(kind) == "quantize") j["formats"] = formats_json(c.a, s_->sim().layers());
+  if (std::string(kind) == "quantize") j["formats"] = tune::formats_json(c.a, s_->sim().layers());
   trace_.push_back(j);
   char buf[160];
   std::snprintf(buf, sizeof buf, "[%3d] %-8s %6.2f dB  agree %6.2f%%  bits %5.2f  float %2zu  ",
@@ -302,24 +179,28 @@ void Tuner::keep(const Candidate& c, const QuantizeOutcome& out) {
   // One result (result_files.h): the report, with the copy's fingerprint, first.
   write_text_atomic(best_out_->report_path, report.dump(2) + "\n");
   copy_atomic(out.artifact_path, art);
-  write_text_atomic((dir / "tuned_spec.yaml").string(), spec_yaml(tuned_tree(c.a)));
+  // The very text the run was built from: the spec the artifact embeds.
+  write_text_atomic((dir / "tuned_spec.yaml").string(), c.spec_text);
 }
 
 // One real quantize run of `a` with the spec's backend, into a step folder;
 // its spec tree is the tuned spec's, so the artifact embeds the same spec.
+// Tune's own timing cache (static mode) is given to every run, which adds
+// what it measures to it: each run's decisions are in the cache it names.
 Candidate Tuner::real_step(const Assignment& a) {
   const auto t0 = Clock::now();
   const std::string text = spec_yaml(tuned_tree(a));
   Spec sp = parse_spec_text(text, (fs::path(dir_) / "tuned_spec.yaml").string());
+  tune::check_tuned_plan(sp, s_->plan(), s_->sim().layers(), a);
   const std::string step_dir = (fs::path(dir_) / ".tune" / std::to_string(++real_steps_)).string();
   sp.quantize.results_dir = step_dir;  // the tree (embedded) keeps the real one
   QuantizeOptions qo;
   qo.verbose = opts_.verbose;
   qo.sensitivity_by_default = false;  // tune measures its own table
+  qo.extend_timing_cache = !user_cache_;
   auto out = run_quantize(sp, qo);
-  if (!user_cache_ && !out.timing_cache_path.empty()) copy_atomic(out.timing_cache_path, cache_);
-  Candidate c{a,   measured_run(*s_, out, measure_artifact(out.artifact_path)), "", 0, ++steps_,
-              text};
+  Candidate c{
+      a, tune::measured_run(*s_, out, measure_artifact(out.artifact_path)), "", 0, ++steps_, text};
   c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
   const double secs = seconds_since(t0);
   slowest_real_s_ = std::max(slowest_real_s_, secs);
@@ -338,9 +219,9 @@ void Tuner::plan_path() {
   changes_ = {""};
   while (auto mv = tune::next_move(s_->sim().layers(), path_.back(), nsr_, t_)) {
     Assignment a = path_.back();
-    apply_move(a, *mv);
+    tune::apply_move(a, *mv);
     path_.push_back(a);
-    changes_.push_back(describe(*mv));
+    changes_.push_back(tune::describe(*mv));
   }
 }
 
@@ -353,7 +234,7 @@ bool Tuner::simulated_pass(size_t i) {
   c.x.m = s_->measure(c.a);
   c.x.bits = tune::effective_bits(s_->sim().layers(), c.a);
   for (const auto& l : s_->sim().layers()) c.x.float_layers += c.a.count(l.name) ? 0 : 1;
-  c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
+  c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall, /*simulated=*/true);
   const double secs = seconds_since(t0);
   sim_s_ = std::max(sim_s_, secs);
   record("simulate", c, "path step " + std::to_string(i) + (i ? ": " + changes_[i] : ""), secs);
@@ -406,20 +287,9 @@ size_t Tuner::first_simulated_pass() {
   return hi;
 }
 
-nlohmann::json settings_json(const tune::TuneSettings& t) {
-  auto formats = names_of(t.formats);
-  if (t.allow_float) formats.push_back("native");
-  nlohmann::json j{{"formats", formats},
-                   {"search", t.search},
-                   {"time_budget_s", t.time_budget_s},
-                   {"samples", t.samples},
-                   {"data", t.data.empty() ? "default" : t.data}};
-  for (const auto& [gate, limit] : t.gates.limits) j[gate_def(gate).name] = limit;
-  return j;
-}
-
-TuneOutcome Tuner::run() {
-  auto t0 = Clock::now();
+// The session, the checks before any work, and a clean results dir.
+void Tuner::start() {
+  tune::check_gates_measurable(spec_, t_);
   s_ = std::make_unique<tune::Session>(spec_, t_.formats, t_.data, t_.samples, opts_.on_progress);
   if (t_.gates.has(Gate::kMaxTop1Drop) && !s_->sample().has_labels())
     throw SpecError(spec_.loc("quantize.tune.max_top1_drop"),
@@ -430,9 +300,23 @@ TuneOutcome Tuner::run() {
     throw UsageError("tune: no layer of this model can take any of the formats " +
                      join(names_of(t_.formats)) + " with backend '" +
                      s_->inspected().backend.info->name + "'");
+  data_key_ = s_->sample().key;
+  if (const std::string w = tune::test_set_selection_warning(spec_, data_key_); !w.empty())
+    spdlog::warn("{}", w);
   std::error_code ec;
-  if (!user_cache_) fs::remove(cache_, ec);  // an earlier run's: this one measures afresh
   fs::remove_all(fs::path(dir_) / ".tune", ec);
+  if (user_cache_) return;
+  fs::remove(cache_, ec);  // an earlier run's: this one measures afresh
+  // Static runs time layers: every run, from the first, names this cache.
+  if (s_->plan().mode == Mode::kStatic) TimingCache(TimingEnv::this_machine()).save(cache_);
+}
+
+// Sensitivity, the path, the simulated search, then real runs from the
+// first simulated pass, 1, 2, 4, ... steps further on the path while the
+// measured gates fail.
+void Tuner::search() {
+  auto t0 = Clock::now();
+  start();
   stage_s_["setup"] = seconds_since(t0);
   // The ranking needs fewer samples than the gates (256 per probe), and at
   // most half of the time left after one real run.
@@ -445,11 +329,10 @@ TuneOutcome Tuner::run() {
   t0 = Clock::now();
   const size_t first = first_simulated_pass();
   stage_s_["simulate"] = seconds_since(t0);
-  // Real runs from the first simulated pass, 1, 2, 4, ... steps further on
-  // the path while the measured gates fail.
   t0 = Clock::now();
   const size_t last = path_.size() - 1;
   for (size_t i = first, k = 1;; i = std::min(last, i + k), k *= 2) {
+    throw_if_interrupted();
     if (real_step(path_[i]).failed.empty() || i == last) break;
     if (out_of_time(0)) {
       if (budget_note_.empty())
@@ -459,7 +342,30 @@ TuneOutcome Tuner::run() {
     }
   }
   stage_s_["quantize"] = seconds_since(t0);
-  return finish();
+}
+
+// SIGINT/SIGTERM: the best candidate so far stays (artifact, report with
+// status "interrupted", tuned_spec.yaml that rebuilds it); .tune goes.
+void Tuner::interrupted(const Interrupted& e) {
+  std::error_code ec;
+  fs::remove_all(fs::path(dir_) / ".tune", ec);
+  if (!best_ || !best_out_)
+    throw Interrupted(e.signal(), "tune stopped before its first real run; nothing was written");
+  nlohmann::json report = best_out_->report;
+  report["tune"] = tune_json("interrupted", *best_);
+  write_text_atomic(best_out_->report_path, report.dump(2) + "\n");
+  throw Interrupted(e.signal(), "tune kept its best candidate so far (step " +
+                                    std::to_string(best_->step) + ") in " + dir_ +
+                                    "; tuned_spec.yaml rebuilds it");
+}
+
+TuneOutcome Tuner::run() {
+  try {
+    search();
+    return finish();
+  } catch (const Interrupted& e) {
+    interrupted(e);
+  }
 }
 
 // The kept candidate as tuned_spec.yaml makes it: the kept run itself when
@@ -480,8 +386,9 @@ TuneOutcome Tuner::finish() {
     QuantizeOptions qo;
     qo.verbose = opts_.verbose;
     qo.sensitivity_by_default = false;
+    qo.extend_timing_cache = !user_cache_;
     o.quantize = run_quantize(load_spec(o.tuned_spec_path), qo);
-    c.x = measured_run(*s_, o.quantize, measure_artifact(o.quantize.artifact_path));
+    c.x = tune::measured_run(*s_, o.quantize, measure_artifact(o.quantize.artifact_path));
     c.failed = tune::failed_gate(t_, c.x, s_->float_top1(), &c.shortfall);
     c.step = ++steps_;
     stage_s_["rebuild"] = seconds_since(t0);
@@ -491,7 +398,26 @@ TuneOutcome Tuner::finish() {
   o.failed_gate = c.failed;
   o.artifact_path = o.quantize.artifact_path;
   o.report_path = o.quantize.report_path;
-  nlohmann::json result{{"formats", formats_json(c.a, s_->sim().layers())},
+  o.report = o.quantize.report;
+  o.report["tune"] = tune_json(o.passed ? "passed" : "failed", c);
+  // The final artifact on the test set, beside the selection figures.
+  const auto tt = Clock::now();
+  o.report["tune"]["test"] = tune::test_set_report(spec_, data_key_, t_.samples, o.artifact_path);
+  if (o.report["tune"]["test"].is_null()) o.report["tune"].erase("test");
+  stage_s_["test_set"] = seconds_since(tt);
+  o.report["tune"]["seconds"] = elapsed();
+  o.report["tune"]["seconds_by_stage"] = stage_s_;
+  if (const std::string w = tune::test_set_selection_warning(spec_, data_key_); !w.empty())
+    o.report["warnings"].push_back(w);
+  write_text_atomic(o.report_path, o.report.dump(2) + "\n");
+  std::error_code ec;
+  fs::remove_all(dir / ".tune", ec);
+  return o;
+}
+
+// The report's tune section for the kept candidate `c`.
+nlohmann::json Tuner::tune_json(const std::string& status, const Candidate& c) const {
+  nlohmann::json result{{"formats", tune::formats_json(c.a, s_->sim().layers())},
                         {"effective_bits", c.x.bits},
                         {"float_layers", c.x.float_layers},
                         {"sqnr_db", std::isfinite(c.x.m.sqnr_db) ? nlohmann::json(c.x.m.sqnr_db)
@@ -500,13 +426,14 @@ TuneOutcome Tuner::finish() {
   if (c.x.m.top1) result["top1"] = *c.x.m.top1;
   if (s_->float_top1()) result["float_top1"] = *s_->float_top1();
   if (c.x.speedup) result["speedup"] = *c.x.speedup;
-  o.report = o.quantize.report;
-  o.report["tune"] = {
-      {"status", o.passed ? "passed" : "failed"},
-      {"failed_gate", o.failed_gate},
-      {"settings", settings_json(t_)},
-      {"data", s_->sample().description},
-      {"tuned_spec", o.tuned_spec_path},
+  const auto& sample = s_->sample();
+  return {
+      {"status", status},
+      {"failed_gate", c.failed},
+      {"settings", tune::settings_json(t_)},
+      {"data", sample.description},
+      {"selection", tune::side_json(sample.description, sample.samples, c.x.m, s_->float_top1())},
+      {"tuned_spec", (fs::path(dir_) / "tuned_spec.yaml").string()},
       {"best_step", best_->step},
       {"result", result},
       {"simulated_forward_passes", s_->forwards()},
@@ -516,10 +443,6 @@ TuneOutcome Tuner::finish() {
       {"budget_cut", budget_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(budget_note_)},
       {"trace", trace_},
       {"sensitivity", sens_.to_json()}};
-  write_text_atomic(o.report_path, o.report.dump(2) + "\n");
-  std::error_code ec;
-  fs::remove_all(dir / ".tune", ec);
-  return o;
 }
 
 }  // namespace
