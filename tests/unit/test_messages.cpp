@@ -1,6 +1,12 @@
 // How messages show what the user wrote: long values are cut (one helper,
 // tq::quoted), and a path too long for the OS is reported as such.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
 
 #include "core/messages.h"
 #include "taoquant/batch.h"
@@ -80,4 +86,27 @@ TEST_CASE("messages: first_line skips the blank lines LibTorch's script errors s
   CHECK(tq::first_line("no newline") == "no newline");
   CHECK(tq::first_line("") == "");
   CHECK(tq::first_line("\n\n") == "");
+}
+
+TEST_CASE("messages: a file a user hands over is read only when regular, up to a cap",
+          "[messages]") {
+  const std::string p = "/tmp/tq_capped_" + std::to_string(::getpid());
+  { std::ofstream(p) << std::string(1000, 'x'); }
+  std::string text = "old";
+  CHECK(tq::read_file_capped(p, 1000, "report", text) == "");
+  CHECK(text == std::string(1000, 'x'));
+  CHECK(tq::read_file_capped(p, 999, "report", text) ==
+        "is 1000 bytes, more than the 999 bytes a report may have");
+  CHECK(text.empty());
+  CHECK(tq::file_problem(p) == "");
+  std::filesystem::remove(p);
+  CHECK(tq::read_file_capped(p, 10, "report", text) == "does not exist");
+  CHECK(tq::read_file_capped("/dev/zero", 10, "report", text) ==
+        "is a character device, not a regular file");
+  CHECK(tq::file_problem("/tmp") == "is a folder, not a file");
+  REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+  CHECK(tq::file_problem(p) == "is a FIFO (named pipe), not a regular file");
+  CHECK(tq::read_file_capped(p, 10, "report", text) ==
+        "is a FIFO (named pipe), not a regular file");
+  std::filesystem::remove(p);
 }

@@ -48,14 +48,12 @@ constexpr KindName kKinds[] = {
 
 torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bool verbose) {
   std::string origin = from.file.empty() ? "" : " (from " + from.str() + ")";
-  std::error_code ec;
   if (path.empty()) throw RuntimeError("no model path given" + origin);
-  const std::string problem = path_problem(path);
+  // Only a regular file: a FIFO would block the read below until a writer comes.
+  const std::string problem = file_problem(path);
   if (!problem.empty())
-    throw RuntimeError("model file " + quote_value(path) + " " + problem + origin);
-  if (fs::is_directory(path, ec))
-    throw RuntimeError("model path '" + path + "' is a directory, expected a TorchScript file" +
-                       origin);
+    throw RuntimeError("model file " + quote_value(path) + " " + problem + origin +
+                       "; expected a TorchScript file");
   {
     std::ifstream f(path, std::ios::binary);
     if (!f)
