@@ -174,7 +174,9 @@ TEST_CASE("timing cache: a foreign, stale or damaged cache exits 2 naming what d
       {dir.write("partial.json", "{\"format\": \"tao-quant timing cache\", \"schema\": 1}"),
        "is damaged"},
       {dir.write("truncated.json", "[1, 2"), "is not a timing cache"},
-      {(dir.path() / "missing.json").string(), "cannot be read"},
+      {(dir.path() / "missing.json").string(), "missing.json' does not exist"},
+      {changed([](json& j) { j["entries"] = json::array({0.5}); }),
+       "entries: expected a map of {key: milliseconds}, found a list"},
   };
   for (const auto& [path, expected] : cases) {
     INFO(expected);
