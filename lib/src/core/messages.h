@@ -5,12 +5,13 @@
 #include <cstddef>
 #include <string>
 
+#include "taoquant/strings.h"
+
 namespace tq {
 
-// A value (or key) as messages show it: 'text', or for text longer than
-// kQuoteMax characters its start and its length: 'aaaa…' (10,000,184 characters).
-inline constexpr size_t kQuoteMax = 200;
-std::string quote_value(const std::string& text);
+// How many characters of a value messages show (quote_value, strings.h):
+// a value longer than this is cut, with its length.
+inline constexpr size_t kQuoteMax = 80;
 
 // Why `path` cannot be used: "does not exist", "is too long for the file
 // system (N characters; ...)" (ENAMETOOLONG), "cannot be reached: <reason>";

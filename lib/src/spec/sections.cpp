@@ -493,7 +493,7 @@ DataSourceSpec read_source(const Node& n, const std::string& path) {
   s.read("data_file", d.data_files, strings);
   if (!d.images_dir.empty() && !d.data_files.empty())
     fail(*s.get("data_file"), path,
-         "set images_dir or data_file, not both (images_dir is '" + d.images_dir + "')");
+         "set images_dir or data_file, not both (images_dir is " + quote_value(d.images_dir) + ")");
   s.read("input_key", d.input_keys, strings);
   s.read("label_key", d.label_key, to_nonempty);
   s.read("classes", d.classes, list_of<std::string>(to_nonempty, "a list of class names"));

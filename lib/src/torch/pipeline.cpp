@@ -42,8 +42,8 @@ void check_device(const Spec& spec) {
   if (!torch::cuda::is_available())
     throw SpecError(
         spec.loc("quantize.device"),
-        "quantize.device: '" + dev +
-            "' requested, but this LibTorch build has no CUDA support (or no GPU is visible); "
+        "quantize.device: " + quote_value(dev) +
+            " requested, but this LibTorch build has no CUDA support (or no GPU is visible); "
             "use device: cpu, or build tao-quant against a CUDA-enabled LibTorch");
 }
 
