@@ -13,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -377,4 +378,50 @@ TEST_CASE("batch CLI: evaluate metrics and quality gates", "[batch][cli][evaluat
   REQUIRE(doc.suites[0].cases.size() == 2);
   REQUIRE(doc.suites[0].cases[1].failure);
   CHECK(doc.suites[0].cases[1].failure->at("type") == "gate");
+}
+
+TEST_CASE("batch CLI: --resume runs a job again whose report or artifact is gone or damaged",
+          "[batch][cli]") {
+  ScratchDir d("batch-resume-pair");
+  write(d / "manifest.yaml", "jobs:\n  - template: " + kDemo +
+                                 "fmnist_cnn_int8.yaml\n    models: " + kCnn +
+                                 "\n    id: cnn-int8\n");
+  REQUIRE(cli(d, "batch manifest.yaml -o out") == 0);
+  const std::string job = d / "out/cnn-int8";
+  // As batch names them: under its -o folder, relative to where it runs.
+  const std::string report = "out/cnn-int8/quantize_report.json";
+  const std::string artifact = "out/cnn-int8/quantized_model_libtorch.pth";
+  const std::string good = slurp(d / report);
+  // The same check as evaluate --is-quantized (result_pair_problem) each time.
+  const std::vector<std::pair<std::function<void()>, std::string>> damages = {
+      {[&] { fs::remove(d / report); },
+       "cnn-int8 runs again: incomplete result: '" + artifact + "' has no report beside it"},
+      {[&] { fs::remove(d / artifact); }, "cnn-int8 runs again: incomplete result: the report '" +
+                                          report + "' describes '" + artifact +
+                                          "', which does not exist"},
+      {[&] {
+         json j = json::parse(good);
+         j["artifact"]["xxh64"] = 42;
+         write(d / report, j.dump());
+       },
+       "cnn-int8 runs again: unusable result: the report '" + report +
+           "': artifact.xxh64: expected 16 hex digits, found '42'"},
+  };
+  for (const auto& [damage, expected] : damages) {
+    INFO(expected);
+    REQUIRE(cli(d, "batch manifest.yaml --resume -o out") == 0);
+    REQUIRE(read_json(d / "out/batch_summary.json")["totals"]["resumed"] == 1);  // intact: reused
+    damage();
+    CHECK(cli(d, "batch manifest.yaml --resume -o out") == 0);
+    const std::string out = slurp(d / "cli.txt");
+    INFO(out);
+    CHECK_THAT(out, Contains(expected));
+    const json s = read_json(d / "out/batch_summary.json");
+    CHECK(s["totals"]["resumed"] == 0);
+    CHECK(s["totals"]["passed"] == 1);
+    CHECK(cli(d, "-q --no-html evaluate -e " + kDemo +
+                     "fmnist_cnn_int8.yaml --is-quantized results_dir=" + job +
+                     " dataset.test_dataset.data_file=" + TQ_MODELS_DIR +
+                     "/fmnist/test.npz evaluate.num_batches=1") == 0);  // a complete pair again
+  }
 }

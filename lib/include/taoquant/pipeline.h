@@ -10,6 +10,7 @@
 
 #include "taoquant/backend.h"
 #include "taoquant/plan.h"
+#include "taoquant/result_files.h"  // artifact_name
 #include "taoquant/spec.h"
 
 namespace tq {
@@ -45,9 +46,6 @@ struct QuantizeOutcome {
   std::string timing_cache_path;
   nlohmann::json timing_cache = nlohmann::json::object();
 };
-
-// The artifact name: quantized_model_<requested backend>.pth.
-std::string artifact_name(const std::string& requested_backend);
 
 // Builds the plan only (no quantization): what `inspect` and `--dry-run` show.
 struct InspectOutcome {

@@ -100,10 +100,6 @@ Plan plan_for(const Spec& spec, const CheckedBackend& b, const torch::jit::Modul
 
 }  // namespace
 
-std::string artifact_name(const std::string& requested_backend) {
-  return "quantized_model_" + requested_backend + ".pth";
-}
-
 nlohmann::json tool_info() {
   return {{"name", "tao-quant"}, {"version", TQ_VERSION}, {"libtorch", TORCH_VERSION}};
 }
@@ -329,6 +325,17 @@ nlohmann::json close_timing_cache(const TimingCache& cache, const fs::path& resu
   return j;
 }
 
+// The plan's warnings, and whether this run replaces another backend's
+// result in results_dir (profile writes none).
+void warn_at_start(const Spec& spec, const QuantizeOutcome& out, const QuantizeOptions& opts,
+                   QuantizeContext& ctx) {
+  for (const auto& w : out.plan.warnings) ctx.warn(w);
+  const std::string replaced =
+      opts.profile ? ""
+                   : replaced_result_warning(spec.effective_results_dir(), out.requested_backend);
+  if (!replaced.empty()) ctx.warn(replaced);
+}
+
 // Everything that can be checked without the model, checked first.
 CheckedBackend check_before_model(const Spec& spec) {
   auto checked = resolve_backend(spec);
@@ -419,7 +426,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   ctx.on_layer = [&](const LayerResult& r, size_t i) {
     if (opts.on_layer) opts.on_layer(r, i, out.plan.layers.size());
   };
-  for (const auto& w : out.plan.warnings) ctx.warn(w);
+  warn_at_start(spec, out, opts, ctx);
   StageTimes times;
   run_backend(spec, *quantizer, ctx, opts, times);
 
