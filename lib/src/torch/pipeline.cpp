@@ -256,10 +256,10 @@ nlohmann::json embedded_backend_meta(const nlohmann::json& meta) {
   return j;
 }
 
-// The files embedded next to the model: the resolved spec, the layers, and
-// the tool/backend facts.
+// The files embedded next to the model: the resolved spec (without where
+// results go: artifact_spec), the layers, and the tool/backend facts.
 void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContext& ctx) {
-  ctx.extra_files["tao_quant_spec.json"] = spec.resolved.dump(2);
+  ctx.extra_files["tao_quant_spec.json"] = artifact_spec(spec).dump(2);
   ctx.extra_files["tao_quant_layers.json"] =
       without_timings(layers_to_json(out.plan, out.layers)).dump(2);
   nlohmann::json meta{
