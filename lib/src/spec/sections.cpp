@@ -96,10 +96,11 @@ double to_number(const Node& n, const std::string& path) {
   return *v;
 }
 
-auto positive_number() {
+auto positive_number() {  // .inf is a number to YAML, but no setting takes it
   return [](const Node& n, const std::string& path) {
     double v = to_number(n, path);
-    if (!(v > 0)) type_error(n, path, "a number > 0");
+    if (!(v > 0) || std::isinf(v))
+      type_error(n, path, v > 0 ? "a finite number > 0" : "a number > 0");
     return v;
   };
 }
@@ -131,9 +132,10 @@ auto gate_limit(const GateDef& d) {
 // An int >= min (INT_MIN: any int).
 auto int_at_least(int64_t min) {
   return [min](const Node& n, const std::string& path) {
-    const std::string expected = min == 1   ? "a positive integer"
-                                 : min == 0 ? "a non-negative integer"
-                                            : "an integer";
+    const std::string expected = min == 1         ? "a positive integer"
+                                 : min == 0       ? "a non-negative integer"
+                                 : min == INT_MIN ? "an integer"
+                                                  : "an integer >= " + std::to_string(min);
     auto v = parse_int(scalar(n, path, expected).text);
     if (!v || *v < min || *v > INT_MAX) type_error(n, path, expected);
     return static_cast<int>(*v);

@@ -38,6 +38,12 @@ struct Measured {
 std::string failed_gate(const TuneSettings& t, const Measured& x, std::optional<double> float_top1,
                         double* shortfall = nullptr);
 
+// When tune took longer than its budget (`elapsed_s` > `budget_s`): the
+// report's budget_cut, warned. Setup, the sensitivity table and one real
+// run cannot be cut, so a budget smaller than those still ends in a result,
+// and says so. "" within the budget.
+std::string overrun_note(double budget_s, double elapsed_s);
+
 // Whether candidate a is better than b (both measured).
 bool better(const Measured& a, const std::string& a_failed, double a_short, const Measured& b,
             const std::string& b_failed, double b_short);
