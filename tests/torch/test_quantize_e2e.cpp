@@ -524,7 +524,8 @@ TEST_CASE("static int8: bad never-slower options and data that does not fit",
   // 224x224 RGB images for a 28x28 grayscale model: the first pass over the
   // data names the shape and the model's first layer.
   expect(static_spec(dir, cnn, kModels + "/tv/imagenet_rand_n8_224.npz"), tq::ExitCode::kRuntime,
-         "calibration data shape [1,3,224,224] does not fit the model's input (first layer");
+         "the model's forward failed on the calibration data (shape [1,3,224,224]): RuntimeError: "
+         "Given groups=1");
 }
 
 TEST_CASE("static int8: activation_range full observes 8-bit activations, reduced 7-bit",

@@ -193,6 +193,9 @@ void run_backend(const Spec& spec, QuantizerBase& quantizer, QuantizeContext& ct
     loader = make_data_loader(spec, *spec.dataset.quant_calibration_dataset,
                               "dataset.quant_calibration_dataset", /*want_labels=*/false);
     data = std::make_unique<CalibrationData>(*loader, opts.on_progress);
+    // Before any stage runs on it: a failed forward names the model's error
+    // (and the data's shape), not a stage's traceback.
+    check_input_fits(ctx.model, data->first(), "calibration data");
   };
   ctx.on_progress = opts.on_progress;
   nlohmann::json stages = nlohmann::json::object();  // algorithm stage facts, for the report
