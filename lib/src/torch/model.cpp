@@ -192,9 +192,11 @@ void save_module_atomic(const torch::jit::Module& model, const std::string& path
   // after the (temporary) file, which would make artifacts differ between runs.
   torch::jit::ExtraFilesMap extra;
   for (const auto& [k, v] : extra_files) extra[k] = v;
+  torch::jit::Module m = model;   // a handle: its graphs are the model's
+  jit::exact_float_constants(m);  // else the saved code may not compile
   std::ostringstream os;
   try {
-    model.save(os, extra);
+    m.save(os, extra);
   } catch (const c10::Error& e) {
     throw RuntimeError("cannot save model to '" + path +
                        "': " + first_line(e.what_without_backtrace()));
