@@ -91,18 +91,33 @@ TEST_CASE("batch CLI: a truncated model and a hanging job fail alone", "[batch][
   // Truncated: the first 64 KiB of the CNN (a zip without its directory).
   const std::string full = slurp(kCnn);
   write(d / "truncated.pt", full.substr(0, 65536));
-  // Hangs: a FIFO that never gets a writer (opening it blocks forever).
-  REQUIRE(::mkfifo((d / "hang.pt").c_str(), 0644) == 0);
+  // Hangs: a model whose forward never returns, calibrated in static mode
+  // (a FIFO as the model, which blocked forever, is refused since issue 30).
+  write(d / "looping.py",
+        "import sys, torch\n"
+        "class Looping(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(784, 10)\n"
+        "    def forward(self, x):\n"
+        "        while bool(x.sum() == x.sum()):\n"
+        "            x = x * 1.0\n"
+        "        return self.fc(x.flatten(1))\n"
+        "torch.jit.script(Looping()).save(sys.argv[1])\n");
+  REQUIRE(std::system(("/usr/bin/python3 " + (d / "looping.py") + " " + (d / "hang.pt")).c_str()) ==
+          0);
   // Only the hanging job has a short time limit (its own `timeout:`, which
-  // wins over --timeout): it blocks on the FIFO whatever the CPU speed. The
-  // jobs that must finish get a limit no loaded machine reaches.
+  // wins over --timeout): it never ends whatever the CPU speed. The jobs
+  // that must finish get a limit no loaded machine reaches.
   write(d / "manifest.yaml",
         "jobs:\n" + good_jobs() + "  - template: " + kDemo +
             "fmnist_cnn_int8.yaml\n    models: truncated.pt\n    id: bad-{stem}\n"
             "  - template: " +
             kDemo +
             "fmnist_cnn_int8.yaml\n    models: hang.pt\n    id: bad-{stem}\n"
-            "    timeout: 5\n");
+            "    timeout: 5\n    overrides: [quantize.mode=static_ptq, "
+            "dataset.quant_calibration_dataset.data_file=" +
+            std::string(TQ_MODELS_DIR) + "/fmnist/calib.npz]\n");
 
   const int rc =
       cli(d, "batch manifest.yaml --jobs 2 --keep-going --timeout 1800 -o out --junit junit.xml");
@@ -157,8 +172,7 @@ TEST_CASE("batch CLI: a truncated model and a hanging job fail alone", "[batch][
 
   // The markdown table: one row per job.
   const std::string md = slurp(d / "out/batch_summary.md");
-  CHECK_THAT(
-      md, Contains("| bad-hang | hang.pt | libtorch | weight_only_ptq | **FAILED** (timeout) |"));
+  CHECK_THAT(md, Contains("| bad-hang | hang.pt | libtorch | static_ptq | **FAILED** (timeout) |"));
   size_t rows = 0;
   std::istringstream is(md);
   for (std::string l; std::getline(is, l);) rows += l.rfind("| ", 0) == 0 ? 1 : 0;
@@ -397,8 +411,8 @@ TEST_CASE("batch CLI: --resume runs a job again whose report or artifact is gone
       {[&] { fs::remove(d / report); },
        "cnn-int8 runs again: incomplete result: '" + artifact + "' has no report beside it"},
       {[&] { fs::remove(d / artifact); }, "cnn-int8 runs again: incomplete result: the report '" +
-                                          report + "' describes '" + artifact +
-                                          "', which does not exist"},
+                                              report + "' describes '" + artifact +
+                                              "', which does not exist"},
       {[&] {
          json j = json::parse(good);
          j["artifact"]["xxh64"] = 42;
