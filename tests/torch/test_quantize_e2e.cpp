@@ -241,7 +241,7 @@ TEST_CASE("static int8 on the CNN: real quantized kernels, accuracy kept", "[e2e
 }
 
 TEST_CASE("static int8 with a blanket per_tensor rule on the ResNet: one root qconfig",
-          "[e2e][static]") {
+          "[e2e][static][resnet]") {
   // Each block's input is read by conv1 and by the downsample conv. With one
   // qconfig entry per layer, LibTorch refused to place two observers on it
   // ("Expecting all values in the graph only configured with one observer");
