@@ -162,23 +162,10 @@ int run_batch_cmd(Options& o) {
   return static_cast<int>(tq::summary_exit_code(s));
 }
 
-tq::BatchSummary read_summary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw tq::UsageError("report merge: cannot read '" + path + "': " + std::strerror(errno));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw tq::UsageError("report merge: '" + path + "' is not JSON: " + e.what());
-  }
-  return tq::summary_from_json(j, path);
-}
-
 int run_report_cmd(Options& o) {
   if (o.report_action != "merge") throw tq::UsageError("report: expected a subcommand: merge");
   std::vector<tq::BatchSummary> parts;
-  for (const auto& f : o.inputs) parts.push_back(read_summary(f));
+  for (const auto& f : o.inputs) parts.push_back(tq::read_summary_file(f));
   const tq::BatchSummary s = tq::merge_summaries(parts, o.inputs);
   tq::write_text_atomic(
       o.output,

@@ -2,6 +2,7 @@
 // --help and README.md.
 #include <malloc.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -43,15 +44,18 @@ void setup_logging(const tqcli::Options& o) {
 
 // TQ_NUM_THREADS=N sets LibTorch's intra-op thread count (tao-quant batch
 // gives each job cores / --jobs).
+// Any other value is a usage error (exit 2): a typo must not run with
+// another thread count than the one asked for.
 void apply_thread_env() {
   const char* v = std::getenv("TQ_NUM_THREADS");
   if (!v || !*v) return;
   char* end = nullptr;
+  errno = 0;
   const long n = std::strtol(v, &end, 10);
-  if (*end || n < 1 || n > 4096) {
-    spdlog::warn("TQ_NUM_THREADS='{}' is not a thread count (1..4096); ignored", v);
-    return;
-  }
+  if (*end || errno || n < 1 || n > 4096)
+    throw tq::UsageError("TQ_NUM_THREADS=" + tq::quote_value(v) +
+                         " is not a thread count: expected an integer from 1 to 4096 (unset it "
+                         "for LibTorch's default)");
   at::set_num_threads(static_cast<int>(n));
 }
 
@@ -62,6 +66,7 @@ int dispatch(const std::vector<std::pair<CLI::App*, const tqcli::Command*>>& sub
              tqcli::Options& opts) {
   int rc = static_cast<int>(tq::ExitCode::kUsage);
   try {
+    apply_thread_env();
     tq::load_plugins(opts.plugins, /*from_env=*/true);
     for (const auto& [sub, cmd] : subs)
       if (sub->parsed()) rc = cmd->run(opts);
@@ -129,7 +134,6 @@ int run(int argc, char** argv) {
   }
 
   setup_logging(opts);
-  apply_thread_env();
   tq::log_torch_warnings_once();
   return dispatch(subs, opts);
 }

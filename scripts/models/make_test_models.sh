@@ -17,8 +17,21 @@
 #           demo    -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json}:
 #                      what scripts/demo.sh needs (a part of fmnist)
 #           tv      -> OUTDIR/tv/{resnet18.pt,imagenet_rand_n8_224.npz}
+#           tiny    -> OUTDIR/tiny/ (random-weight transformer encoder, EfficientNet-B0, DenseNets)
 #           extra   -> OUTDIR/fmnist/{cnn_bn,resnet,vit,mlp}.pt (+ .json); not in "all"
-#           all     -> fmnist tv (the default)
+#           all     -> fmnist tv tiny (the default)
+#         The test fixtures build the same in groups (tests/CMakeLists.txt), so that
+#         one net that fails does not fail the tests of the others:
+#           base    -> the fmnist data, cnn and its variants, tv, tiny
+#           mbv2    -> the fmnist data, mbv2, mbv2_imbalanced
+#           resnet  -> the fmnist data, resnet
+#           effnet  -> the fmnist data, effnet
+#           vit     -> the fmnist data, vit_qkv, vit_qkv_outliers
+#
+# Environment: TQ_MODELS_RECIPE=test (default) trains each Fashion-MNIST net
+# on a subset of the training set for fewer epochs (what the tests need: a
+# trained net, cheap on a busy machine); TQ_MODELS_RECIPE=full trains the nets
+# behind the figures in README.md and docs/ (train_fmnist.py --recipe).
 #
 # Everything is a cache: an artifact that exists is never rebuilt (delete it,
 # or the whole OUTDIR, to rebuild).  Each artifact group has its own lock
@@ -38,16 +51,33 @@ if [[ $# -gt 0 ]]; then shift; fi
 PARTS=("$@")
 if [[ ${#PARTS[@]} -eq 0 ]]; then PARTS=(all); fi
 
-want_fmnist=0 want_tv=0 want_extra=0 want_demo=0 want_tiny=0
+RECIPE="${TQ_MODELS_RECIPE:-test}"
+case "${RECIPE}" in
+  test | full) ;;
+  *) echo "make_test_models: TQ_MODELS_RECIPE='${RECIPE}' is not a recipe (test|full)" >&2; exit 2 ;;
+esac
+
+# What to build: the cnn group (the CNN and its variants), each slower net's
+# group, the torchvision and tiny nets, the extra nets.
+want_cnn=0 want_demo=0 want_mbv2=0 want_resnet=0 want_effnet=0 want_vit=0 want_tv=0 want_extra=0
+want_tiny=0
 for part in "${PARTS[@]}"; do
   case "${part}" in
-    all) want_fmnist=1 want_tv=1 want_tiny=1 ;;
-    tiny) want_tiny=1 ;;
-    fmnist) want_fmnist=1 ;;
+    all) want_cnn=1 want_mbv2=1 want_resnet=1 want_effnet=1 want_vit=1 want_tv=1 want_tiny=1 ;;
+    fmnist) want_cnn=1 want_mbv2=1 want_resnet=1 want_effnet=1 want_vit=1 ;;
+    base) want_cnn=1 want_tv=1 want_tiny=1 ;;
     demo) want_demo=1 ;;
+    mbv2) want_mbv2=1 ;;
+    resnet) want_resnet=1 ;;
+    effnet) want_effnet=1 ;;
+    vit) want_vit=1 ;;
+    tiny) want_tiny=1 ;;
     tv) want_tv=1 ;;
     extra) want_extra=1 ;;
-    *) echo "make_test_models: unknown part '${part}' (fmnist|demo|tv|tiny|extra|all)" >&2; exit 2 ;;
+    *)
+      echo "make_test_models: unknown part '${part}' (all|fmnist|base|demo|mbv2|resnet|effnet|vit|tv|tiny|extra)" >&2
+      exit 2
+      ;;
   esac
 done
 
@@ -135,9 +165,9 @@ fmnist_model() {
     return 0
   fi
   prepare
-  log "training fmnist/${arch} (Fashion-MNIST, 2 threads) ..."
+  log "training fmnist/${arch} (Fashion-MNIST, recipe ${RECIPE}, 2 threads) ..."
   local t0=${SECONDS}
-  "${PY}" "${SCRIPT_DIR}/train_fmnist.py" --arch "${arch}" --out "${TMP}/train-${arch}"
+  "${PY}" "${SCRIPT_DIR}/train_fmnist.py" --arch "${arch}" --recipe "${RECIPE}" --out "${TMP}/train-${arch}"
   # JSON first: the .pt is the "done" marker.
   rm -f "${d}/${arch}.json"
   install_artifact "${TMP}/train-${arch}/${arch}.json" "${d}/${arch}.json"
@@ -226,22 +256,31 @@ fmnist_variant() {
   did_something=1
 }
 
-if [[ ${want_tiny:-0} -eq 1 ]]; then
+if [[ ${want_tiny} -eq 1 ]]; then
   tiny_models
 fi
-if [[ ${want_demo} -eq 1 && ${want_fmnist} -eq 0 ]]; then
+if [[ $((want_cnn + want_demo + want_mbv2 + want_resnet + want_effnet + want_vit + want_extra)) -gt 0 ]]; then
   fmnist_data
+fi
+if [[ ${want_demo} -eq 1 && ${want_cnn} -eq 0 ]]; then
   fmnist_model cnn
 fi
-if [[ ${want_fmnist} -eq 1 ]]; then
-  fmnist_data
+if [[ ${want_cnn} -eq 1 ]]; then
   fmnist_model cnn
   fmnist_variant make_imbalanced.py cnn.pt cnn_imbalanced.pt
   fmnist_variant make_outlier_layer.py cnn.pt cnn_outlier.pt
+fi
+if [[ ${want_mbv2} -eq 1 ]]; then
   fmnist_model mbv2
   fmnist_variant make_imbalanced.py mbv2.pt mbv2_imbalanced.pt
+fi
+if [[ ${want_resnet} -eq 1 ]]; then
   fmnist_model resnet
+fi
+if [[ ${want_effnet} -eq 1 ]]; then
   fmnist_model effnet
+fi
+if [[ ${want_vit} -eq 1 ]]; then
   fmnist_model vit_qkv
   fmnist_variant make_outliers.py vit_qkv.pt vit_qkv_outliers.pt
 fi
@@ -249,7 +288,6 @@ if [[ ${want_tv} -eq 1 ]]; then
   tv_models
 fi
 if [[ ${want_extra} -eq 1 ]]; then
-  fmnist_data
   for arch in cnn_bn resnet vit mlp; do
     fmnist_model "${arch}"
   done

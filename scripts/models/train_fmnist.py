@@ -2,7 +2,15 @@
 """Trains a small Fashion-MNIST model and saves it as TorchScript.
 
 Usage: train_fmnist.py --arch {cnn,cnn_bn,resnet,vit,vit_qkv,mlp,mbv2,effnet} --out OUTDIR
-                       [--epochs N] [--threads 2] [--seed 0]
+                       [--recipe {test,full}] [--epochs N] [--train-samples N]
+                       [--threads 2] [--seed 0]
+
+Recipes: "full" (the default) trains on all 60,000 images for the epochs
+behind the figures in README.md and docs/. "test" (what the test fixture,
+make_test_models.sh, builds unless TQ_MODELS_RECIPE=full) trains on a
+seeded subset of the training set for fewer epochs: the tests need a
+trained net, not the best one, and the fixture must stay cheap on a busy
+2-core machine.
 
 Writes OUTDIR/<arch>.pt (torch.jit.script of the eval-mode model) and
 OUTDIR/<arch>.json (fp32 top-1 on the 10k test set, training time, ...).
@@ -303,16 +311,17 @@ class FmnistEfficientNet(InvertedNet):
                                   (40, 40, 1, 4)], nn.SiLU, "act")
 
 
-# arch -> (constructor, default epochs, learning rate)
+# arch -> (constructor, learning rate, {recipe: (training images, epochs)})
+FULL = 60000
 ARCHS = {
-    "cnn": (lambda: FmnistCNN(batch_norm=False), 3, 1e-3),
-    "cnn_bn": (lambda: FmnistCNN(batch_norm=True), 2, 1e-3),
-    "resnet": (FmnistResNet, 3, 3e-3),
-    "vit": (FmnistViT, 3, 1e-3),
-    "vit_qkv": (FmnistViTQkv, 3, 1e-3),
-    "mlp": (FmnistMLP, 3, 1e-3),
-    "mbv2": (FmnistMobileNetV2, 1, 3e-3),
-    "effnet": (FmnistEfficientNet, 1, 3e-3),
+    "cnn": (lambda: FmnistCNN(batch_norm=False), 1e-3, {"full": (FULL, 3), "test": (30000, 2)}),
+    "cnn_bn": (lambda: FmnistCNN(batch_norm=True), 1e-3, {"full": (FULL, 2), "test": (15000, 2)}),
+    "resnet": (FmnistResNet, 3e-3, {"full": (FULL, 3), "test": (15000, 2)}),
+    "vit": (FmnistViT, 1e-3, {"full": (FULL, 3), "test": (15000, 3)}),
+    "vit_qkv": (FmnistViTQkv, 1e-3, {"full": (FULL, 3), "test": (15000, 3)}),
+    "mlp": (FmnistMLP, 1e-3, {"full": (FULL, 3), "test": (15000, 2)}),
+    "mbv2": (FmnistMobileNetV2, 3e-3, {"full": (FULL, 1), "test": (20000, 1)}),
+    "effnet": (FmnistEfficientNet, 3e-3, {"full": (FULL, 1), "test": (20000, 1)}),
 }
 
 
@@ -337,7 +346,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="Train a Fashion-MNIST model, save TorchScript.")
     ap.add_argument("--arch", required=True, choices=sorted(ARCHS))
     ap.add_argument("--out", required=True, help="output folder")
-    ap.add_argument("--epochs", type=int, default=None, help="default depends on --arch")
+    ap.add_argument("--recipe", choices=["test", "full"], default="full",
+                    help="training images and epochs per arch (see the docstring)")
+    ap.add_argument("--epochs", type=int, default=None, help="default: the recipe's")
+    ap.add_argument("--train-samples", type=int, default=None,
+                    help="train on this many images (a seeded subset); default: the recipe's")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
@@ -345,8 +358,10 @@ def main(argv=None):
     ap.add_argument("--data-dir", default=fmnist_data.DATA_DIR)
     args = ap.parse_args(argv)
 
-    ctor, default_epochs, default_lr = ARCHS[args.arch]
+    ctor, default_lr, recipes = ARCHS[args.arch]
+    default_samples, default_epochs = recipes[args.recipe]
     epochs = args.epochs if args.epochs is not None else default_epochs
+    samples = args.train_samples if args.train_samples is not None else default_samples
     lr = args.lr if args.lr is not None else default_lr
 
     torch.set_num_threads(args.threads)
@@ -355,6 +370,10 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
 
     tx, ty = fmnist_data.load_split("train", args.data_dir)
+    if samples < tx.shape[0]:  # a seeded subset, the same for every arch
+        keep = torch.randperm(tx.shape[0], generator=torch.Generator().manual_seed(1234))
+        keep = keep[:samples].sort().values.numpy()
+        tx, ty = tx[keep], ty[keep]
     vx, vy = fmnist_data.load_split("t10k", args.data_dir)
     train_x = torch.from_numpy(fmnist_data.normalize(tx))
     train_y = torch.from_numpy(ty)
@@ -409,6 +428,8 @@ def main(argv=None):
         ("num_test_samples", int(test_x.shape[0])),
         ("train_time_s", round(train_time, 2)),
         ("eval_time_s", round(eval_time, 2)),
+        ("recipe", args.recipe),
+        ("train_samples", int(train_x.shape[0])),
         ("epochs", epochs),
         ("batch_size", args.batch),
         ("lr", lr),

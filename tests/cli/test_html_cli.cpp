@@ -212,7 +212,7 @@ TEST_CASE("CLI: --no-html, before or after the subcommand", "[cli][html]") {
 }
 
 TEST_CASE("HTML: ResNet-18 and ViT quantize and evaluate reports in Chromium",
-          "[cli][html][browser]") {
+          "[cli][html][browser][vit]") {
   if (!have_browser()) return;
   // (model, calibration data, test data): both built by the models fixture.
   const std::string nets[][3] = {
@@ -232,7 +232,7 @@ TEST_CASE("HTML: ResNet-18 and ViT quantize and evaluate reports in Chromium",
   }
 }
 
-TEST_CASE("HTML: a batch summary links each job's reports", "[cli][html][batch]") {
+TEST_CASE("HTML: a batch summary links each job's reports", "[cli][html][batch][vit]") {
   const fs::path dir = out_dir("batch");
   const std::string spec = static_spec(dir, "fmnist/cnn.pt", "fmnist/calib.npz");
   std::ofstream(dir / "manifest.yaml")

@@ -172,9 +172,11 @@ TEST_CASE("timing cache: a foreign, stale or damaged cache exits 2 naming what d
       {changed([](json& j) { j["entries"]["model/x/bs=1/fp32"] = "fast"; }),
        "entry 'model/x/bs=1/fp32' is not a time in ms"},
       {dir.write("partial.json", "{\"format\": \"tao-quant timing cache\", \"schema\": 1}"),
-       "is damaged"},
+       "partial.json': machine: is missing"},
       {dir.write("truncated.json", "[1, 2"), "is not a timing cache"},
-      {(dir.path() / "missing.json").string(), "cannot be read"},
+      {(dir.path() / "missing.json").string(), "missing.json' does not exist"},
+      {changed([](json& j) { j["entries"] = json::array({0.5}); }),
+       "entries: expected a map of {key: milliseconds}, found a list"},
   };
   for (const auto& [path, expected] : cases) {
     INFO(expected);

@@ -48,10 +48,16 @@ const std::string kWeightOnlyTune =
     "  mode: weight_only_ptq\n  default_layer_dtype: int8\n"
     "  tune: {formats: [int4, int8, native], max_top1_drop: 0.5}\n";
 
-// tune's result for one model and search ("greedy" or "revert_worst").
-json tune_result(const std::string& model, const std::string& search) {
+// tune's result for one model and search ("greedy" or "revert_worst"),
+// weight-only, with these formats and max_top1_drop, on all 10k test images.
+json tune_result(const std::string& model, const std::string& search, double max_drop,
+                 const std::string& formats = "[int4, int8, native]") {
   tqtest::TempDir dir("tune_" + search);
-  const auto spec = spec_for(dir, model, kWeightOnlyTune);
+  const auto spec = spec_for(dir, model,
+                             "  mode: weight_only_ptq\n  default_layer_dtype: int8\n"
+                             "  tune: {formats: " +
+                                 formats + ", max_top1_drop: " + std::to_string(max_drop) +
+                                 ", samples: 10000}\n");
   auto r = tao("tune -e " + tqtest::quote(spec) + " quantize.tune.search=" + search);
   INFO(r.out);
   REQUIRE(r.rc == 0);
@@ -173,20 +179,42 @@ TEST_CASE("sensitivity in every quantize report: automatic, about one calibratio
   CHECK_THAT(w["sensitivity"]["skipped"].get<std::string>(), Contains("no evaluation data"));
 }
 
-TEST_CASE("tune: fewer float layers or bits than reverting the worst-SQNR layers", "[cli][tune]") {
-  for (const std::string model : {"mbv2.pt", "effnet.pt"}) {
-    INFO(model);
-    const json greedy = tune_result(model, "greedy");
-    const json base = tune_result(model, "revert_worst");
-    const double drop = greedy["float_top1"].get<double>() - greedy["top1"].get<double>();
-    CHECK(drop <= 0.5);
-    const size_t gf = greedy["float_layers"], bf = base["float_layers"];
-    const double gb = greedy["effective_bits"], bb = base["effective_bits"];
-    CHECK((gf < bf || (gf == bf && gb < bb)));
-  }
+namespace {
+
+// tune (greedy) against the revert-worst-SQNR baseline on a trained net,
+// with the gate at half of what int4 everywhere costs: the cheapest
+// assignment fails it, so both searches must choose which layers to raise
+// (a fixed gate of 0.5 pt held for all-int4 on the nets the test fixture
+// trains, and 2000 images could not tell the EfficientNet's int4 drop of
+// 0.3 pt from none).
+void tune_beats_baseline(const std::string& model) {
+  const json int4 = tune_result(model, "greedy", 100, "[int4]");
+  const double int4_drop = int4["float_top1"].get<double>() - int4["top1"].get<double>();
+  INFO("top-1 drop with int4 everywhere: " << int4_drop);
+  REQUIRE(int4_drop >= 0.2);  // the premise: int4 everywhere costs accuracy
+  const double gate = int4_drop / 2;
+  const json greedy = tune_result(model, "greedy", gate);
+  const json base = tune_result(model, "revert_worst", gate);
+  const double drop = greedy["float_top1"].get<double>() - greedy["top1"].get<double>();
+  CHECK(drop <= gate);
+  const size_t gf = greedy["float_layers"], bf = base["float_layers"];
+  const double gb = greedy["effective_bits"], bb = base["effective_bits"];
+  CHECK((gf < bf || (gf == bf && gb < bb)));
 }
 
-TEST_CASE("tune: tuned_spec.yaml reproduces the artifact byte for byte", "[cli][tune]") {
+}  // namespace
+
+TEST_CASE("tune: fewer float layers or bits than reverting the worst-SQNR layers (MobileNetV2)",
+          "[cli][tune][mbv2]") {
+  tune_beats_baseline("mbv2.pt");
+}
+
+TEST_CASE("tune: fewer float layers or bits than reverting the worst-SQNR layers (EfficientNet)",
+          "[cli][tune][effnet]") {
+  tune_beats_baseline("effnet.pt");
+}
+
+TEST_CASE("tune: tuned_spec.yaml reproduces the artifact byte for byte", "[cli][tune][mbv2]") {
   struct Case {
     const char* model;
     std::string lines;
@@ -238,7 +266,7 @@ TEST_CASE("tune: tuned_spec.yaml reproduces the artifact byte for byte", "[cli][
 }
 
 TEST_CASE("tune: effective_bits holds exactly, and a gate no candidate meets exits 3",
-          "[cli][tune]") {
+          "[cli][tune][effnet]") {
   tqtest::TempDir dir("tune_bits");
   const auto spec = spec_for(dir, "effnet.pt",
                              "  mode: weight_only_ptq\n  default_layer_dtype: int8\n"
@@ -266,7 +294,7 @@ TEST_CASE("tune: effective_bits holds exactly, and a gate no candidate meets exi
   CHECK(tqtest::read_json((out / "quantize_report.json").string())["tune"]["status"] == "failed");
 }
 
-TEST_CASE("tune: bad tune settings exit 2 with the key", "[cli][tune]") {
+TEST_CASE("tune: bad tune settings exit 2 with the key", "[cli][tune][mbv2]") {
   tqtest::TempDir dir("tune_bad");
   const auto none = spec_for(dir, "mbv2.pt", "  mode: weight_only_ptq\n");
   // (command, arguments after the spec, what the message says)

@@ -95,3 +95,42 @@ TEST_CASE("an artifact with another return type than the float model is not publ
   }
   CHECK_NOTHROW(tq::check_artifact_loads(dir + "/named.pt", tq::forward_return_type(named), "x"));
 }
+
+// A deployment runs batch 1, then a batch, then 1 again in one process
+// (onednn's packed int8 weights once failed such a change, issue 31): an
+// artifact that fails it is not published; one that takes a fixed batch
+// size only has nothing to change, and is.
+TEST_CASE("an artifact that fails when the batch size changes is not published", "[artifact]") {
+  const fs::path dir = temp_dir("batch_change");
+  auto save = [&](const std::string& name, const std::string& body) {
+    torch::jit::Module m("m");
+    m.register_attribute("seen", c10::IntType::get(), 0);
+    m.define("def forward(self, x):\n" + body + "    return x * 2.0\n");
+    const std::string path = (dir / name).string();
+    m.save(path);
+    return path;
+  };
+  // Remembers the first batch size it ran and refuses another, as a kernel
+  // that packed its weights for one shape would.
+  const std::string sticky = save("sticky.pt",
+                                  "    if self.seen == 0:\n        self.seen = x.size(0)\n"
+                                  "    elif self.seen != x.size(0):\n"
+                                  "        raise RuntimeError('packed for batch ' + str(self.seen))\n");
+  const std::string plain = save("plain.pt", "");
+  const std::string fixed = save("fixed.pt",
+                                 "    if x.size(0) != 4:\n"
+                                 "        raise RuntimeError('this model takes batch 4')\n");
+  const std::vector<at::Tensor> holdout = {torch::randn({4, 3})};
+  try {
+    tq::check_artifact_finite(sticky, holdout, "libtorch");
+    FAIL("the sticky artifact passed");
+  } catch (const tq::RuntimeError& e) {
+    CHECK_THAT(e.what(), Contains("fails when the batch size changes (batch 1, 4, then 1") &&
+                             Contains("failed at batch 4") && Contains("packed for batch 1") &&
+                             Contains("it was not published"));
+  }
+  CHECK_FALSE(fs::exists(sticky));
+  CHECK_NOTHROW(tq::check_artifact_finite(plain, holdout, "libtorch"));
+  CHECK_NOTHROW(tq::check_artifact_finite(fixed, holdout, "libtorch"));
+  CHECK(fs::exists(plain));
+}

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -90,18 +91,33 @@ TEST_CASE("batch CLI: a truncated model and a hanging job fail alone", "[batch][
   // Truncated: the first 64 KiB of the CNN (a zip without its directory).
   const std::string full = slurp(kCnn);
   write(d / "truncated.pt", full.substr(0, 65536));
-  // Hangs: a FIFO that never gets a writer (opening it blocks forever).
-  REQUIRE(::mkfifo((d / "hang.pt").c_str(), 0644) == 0);
+  // Hangs: a model whose forward never returns, calibrated in static mode
+  // (a FIFO as the model, which blocked forever, is refused since issue 30).
+  write(d / "looping.py",
+        "import sys, torch\n"
+        "class Looping(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(784, 10)\n"
+        "    def forward(self, x):\n"
+        "        while bool(x.sum() == x.sum()):\n"
+        "            x = x * 1.0\n"
+        "        return self.fc(x.flatten(1))\n"
+        "torch.jit.script(Looping()).save(sys.argv[1])\n");
+  REQUIRE(std::system(("/usr/bin/python3 " + (d / "looping.py") + " " + (d / "hang.pt")).c_str()) ==
+          0);
   // Only the hanging job has a short time limit (its own `timeout:`, which
-  // wins over --timeout): it blocks on the FIFO whatever the CPU speed. The
-  // jobs that must finish get a limit no loaded machine reaches.
+  // wins over --timeout): it never ends whatever the CPU speed. The jobs
+  // that must finish get a limit no loaded machine reaches.
   write(d / "manifest.yaml",
         "jobs:\n" + good_jobs() + "  - template: " + kDemo +
             "fmnist_cnn_int8.yaml\n    models: truncated.pt\n    id: bad-{stem}\n"
             "  - template: " +
             kDemo +
             "fmnist_cnn_int8.yaml\n    models: hang.pt\n    id: bad-{stem}\n"
-            "    timeout: 5\n");
+            "    timeout: 5\n    overrides: [quantize.mode=static_ptq, "
+            "dataset.quant_calibration_dataset.data_file=" +
+            std::string(TQ_MODELS_DIR) + "/fmnist/calib.npz]\n");
 
   const int rc =
       cli(d, "batch manifest.yaml --jobs 2 --keep-going --timeout 1800 -o out --junit junit.xml");
@@ -157,8 +173,7 @@ TEST_CASE("batch CLI: a truncated model and a hanging job fail alone", "[batch][
 
   // The markdown table: one row per job.
   const std::string md = slurp(d / "out/batch_summary.md");
-  CHECK_THAT(
-      md, Contains("| bad-hang | hang.pt | libtorch | weight_only_ptq | **FAILED** (timeout) |"));
+  CHECK_THAT(md, Contains("| bad-hang | hang.pt | libtorch | static_ptq | **FAILED** (timeout) |"));
   size_t rows = 0;
   std::istringstream is(md);
   for (std::string l; std::getline(is, l);) rows += l.rfind("| ", 0) == 0 ? 1 : 0;
@@ -348,7 +363,9 @@ TEST_CASE("batch CLI: evaluate metrics and quality gates", "[batch][cli][evaluat
                            ", \"evaluate.latency={batch_sizes: [1, 16], warmup: 1, iters: 3}\"";
   write(d / "manifest.yaml",
         "defaults:\n  evaluate: true\n  overrides: [" + eval + "]\njobs:\n  - template: " + kDemo +
-            "fmnist_cnn_int8.yaml\n    models: " + kCnn + "\n    id: cnn-int8\n  - template: " +
+            "fmnist_cnn_int8.yaml\n    models: " + kCnn +
+            "\n    id: cnn-int8\n    overrides: [\"quantize.export={formats: [onnx, onnx_qdq]}\"]\n"
+            "  - template: " +
             kDemo + "fmnist_cnn_int8.yaml\n    models: " + kCnn +
             "\n    id: cnn-gated\n    overrides: [\"evaluate.gates={min_top1: 99.5}\"]\n");
   const int rc = cli(d, "batch manifest.yaml --keep-going -o out --junit junit.xml");
@@ -365,6 +382,11 @@ TEST_CASE("batch CLI: evaluate metrics and quality gates", "[batch][cli][evaluat
   CHECK(ok["top1_drop"].get<double>() ==
         Approx(ok["fp32_top1"].get<double>() - ok["quant_top1"].get<double>()));
   CHECK(ok["speedup"].is_number());
+  // The exported files, in the summary's JSON, Markdown and HTML.
+  CHECK(ok["exports"] == json::array({"model_float.onnx", "quantized_model_libtorch.onnx"}));
+  CHECK_THAT(slurp(d / "out/batch_summary.md"),
+             Contains("| model_float.onnx, quantized_model_libtorch.onnx |"));
+  CHECK_THAT(slurp(d / "out/batch_summary.html"), Contains("quantized_model_libtorch.onnx"));
   const json& gated = s["jobs"][1];
   CHECK(gated["status"] == "failed");
   CHECK(gated["failure"] == "gate");
@@ -378,4 +400,50 @@ TEST_CASE("batch CLI: evaluate metrics and quality gates", "[batch][cli][evaluat
   REQUIRE(doc.suites[0].cases.size() == 2);
   REQUIRE(doc.suites[0].cases[1].failure);
   CHECK(doc.suites[0].cases[1].failure->at("type") == "gate");
+}
+
+TEST_CASE("batch CLI: --resume runs a job again whose report or artifact is gone or damaged",
+          "[batch][cli]") {
+  ScratchDir d("batch-resume-pair");
+  write(d / "manifest.yaml", "jobs:\n  - template: " + kDemo +
+                                 "fmnist_cnn_int8.yaml\n    models: " + kCnn +
+                                 "\n    id: cnn-int8\n");
+  REQUIRE(cli(d, "batch manifest.yaml -o out") == 0);
+  const std::string job = d / "out/cnn-int8";
+  // As batch names them: under its -o folder, relative to where it runs.
+  const std::string report = "out/cnn-int8/quantize_report.json";
+  const std::string artifact = "out/cnn-int8/quantized_model_libtorch.pth";
+  const std::string good = slurp(d / report);
+  // The same check as evaluate --is-quantized (result_pair_problem) each time.
+  const std::vector<std::pair<std::function<void()>, std::string>> damages = {
+      {[&] { fs::remove(d / report); },
+       "cnn-int8 runs again: incomplete result: '" + artifact + "' has no report beside it"},
+      {[&] { fs::remove(d / artifact); }, "cnn-int8 runs again: incomplete result: the report '" +
+                                              report + "' describes '" + artifact +
+                                              "', which does not exist"},
+      {[&] {
+         json j = json::parse(good);
+         j["artifact"]["xxh64"] = 42;
+         write(d / report, j.dump());
+       },
+       "cnn-int8 runs again: unusable result: the report '" + report +
+           "': artifact.xxh64: expected 16 hex digits, found '42'"},
+  };
+  for (const auto& [damage, expected] : damages) {
+    INFO(expected);
+    REQUIRE(cli(d, "batch manifest.yaml --resume -o out") == 0);
+    REQUIRE(read_json(d / "out/batch_summary.json")["totals"]["resumed"] == 1);  // intact: reused
+    damage();
+    CHECK(cli(d, "batch manifest.yaml --resume -o out") == 0);
+    const std::string out = slurp(d / "cli.txt");
+    INFO(out);
+    CHECK_THAT(out, Contains(expected));
+    const json s = read_json(d / "out/batch_summary.json");
+    CHECK(s["totals"]["resumed"] == 0);
+    CHECK(s["totals"]["passed"] == 1);
+    CHECK(cli(d, "-q --no-html evaluate -e " + kDemo +
+                     "fmnist_cnn_int8.yaml --is-quantized results_dir=" + job +
+                     " dataset.test_dataset.data_file=" + TQ_MODELS_DIR +
+                     "/fmnist/test.npz evaluate.num_batches=1") == 0);  // a complete pair again
+  }
 }

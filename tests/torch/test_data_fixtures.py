@@ -27,6 +27,8 @@ them. The values follow simple formulas the tests recompute:
   corrupt.npz        not a zip file
   raising.pt         a scripted Conv2d(1, 4, 3) model whose forward raises its own
                      ValueError (a two-line message) on fmnist-shaped input
+  raising_flat.pt    a scripted model that flattens its input, applies Linear(784, 10)
+                     and raises its own RuntimeError
   named_out.pt       conv -> relu -> pool -> linear on fmnist-shaped input, returning
                      Heads(logits, features, aux=None), a NamedTuple (like GoogLeNet's)
   dict_out.pt        the same net returning {"logits": ..., "features": ...}
@@ -57,6 +59,21 @@ class Raising(torch.nn.Module):
         if bool(y.abs().sum() >= 0):
             raise ValueError("input rejected by the model: values must be in [-1, 1]\n"
                              "(normalize the calibration data first)")
+        return y
+
+
+class RaisingFlat(torch.nn.Module):
+    """Flattens its input before its first layer, then raises its own error:
+    a guess from the first layer (784 features) is wrong for [N,1,28,28]."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+
+    def forward(self, x):
+        y = self.fc(torch.flatten(x, 1))
+        if bool(y.abs().sum() >= 0):
+            raise RuntimeError("the model's own check failed: expected logits in a calibrated range")
         return y
 
 
@@ -151,6 +168,7 @@ def main(argv):
     torch.save((t, torch.arange(6)), p("tuple.pt"))
     torch.save({"x": t, "y": torch.arange(6) % 2}, p("dict.pt"))
     torch.jit.script(Raising()).save(p("raising.pt"))
+    torch.jit.script(RaisingFlat()).save(p("raising_flat.pt"))
     torch.manual_seed(0)
     torch.jit.script(HighBias().eval()).save(p("high_bias.pt"))
     for name, cls in (("named_out", NamedOut), ("dict_out", DictOut), ("nested_out", NestedOut)):

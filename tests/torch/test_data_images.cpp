@@ -13,6 +13,7 @@
 #include "test_data_util.h"
 
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 using namespace tqtest_data;
 
 namespace {
@@ -225,14 +226,34 @@ TEST_CASE("check_input_fits names the data shape and the model's first layer", "
   bad.inputs = {at::zeros({4, 3, 32, 32})};
   auto e = catch_error([&] { tq::check_input_fits(model, bad); });
   CHECK(e.code == tq::ExitCode::kRuntime);
-  CHECK_THAT(e.msg,
-             Contains("calibration/test data shape [1,3,32,32] does not fit the model's input") &&
-                 Contains("first layer 'features.conv1' Conv2d expects 1 input channels") &&
-                 Contains("to have 1 channels, but got 3 channels"));
-  // A uint8 input of the right shape is a dtype mismatch: still "does not fit".
+  CHECK_THAT(e.msg, Contains("the model's forward failed on the calibration/test data (shape "
+                             "[1,3,32,32]): RuntimeError: Given groups=1") &&
+                        Contains("to have 1 channels, but got 3 channels") &&
+                        Contains("\nhint: the data's shape does not fit the model's input: its "
+                                 "first layer 'features.conv1' Conv2d expects 1 input channels"));
+  // A uint8 input of the right shape is a dtype mismatch.
   bad.inputs = {at::zeros({4, 1, 28, 28}, at::kByte)};
   e = catch_error([&] { tq::check_input_fits(model, bad); });
-  CHECK_THAT(e.msg, Contains("does not fit the model's input"));
+  CHECK_THAT(e.msg, Contains("hint: the data's dtype (Byte) does not fit the model's input, which "
+                             "takes floating-point values"));
+}
+
+TEST_CASE("a model that reshapes, then raises: its own message first, the shape only a hint",
+          "[data][check]") {
+  // The first layer is a Linear of 784 features, the data [N,1,28,28]: a
+  // guess from that layer says "does not fit", but the model flattens first.
+  auto model = torch::jit::load(fixture("raising_flat.pt"));
+  model.eval();
+  tq::Batch b;
+  b.inputs = {at::zeros({4, 1, 28, 28})};
+  auto e = catch_error([&] { tq::check_input_fits(model, b, "calibration data"); });
+  CHECK(e.code == tq::ExitCode::kRuntime);
+  INFO(e.msg);
+  CHECK_THAT(e.msg, StartsWith("the model's forward failed on the calibration data (shape "
+                               "[1,1,28,28]): builtins.RuntimeError: the model's own check "
+                               "failed: expected logits in a calibrated range\nhint: "));
+  CHECK_THAT(e.msg, Contains("its first layer 'fc' Linear expects 784 input features (unless the "
+                             "forward reshapes its input before that layer)"));
 }
 
 TEST_CASE("a model whose own code raises: its message, not 'does not fit'", "[data][check]") {

@@ -193,8 +193,9 @@ TEST_CASE("evaluate: data that does not fit the model's input", "[evaluate][erro
   const std::string dir = temp_dir("eval-shape");
   auto e = catch_error([&] { tq::run_evaluate(spec_in(dir, "int8", {}, fixture("f32.npz"))); });
   CHECK(e.code == tq::ExitCode::kRuntime);
-  CHECK_THAT(e.msg, Contains("test data shape [1,2,3,4] does not fit the model's input") &&
-                        Contains("'features.conv1' Conv2d expects 1 input channels"));
+  CHECK_THAT(e.msg, Contains("the model's forward failed on the test data (shape [1,2,3,4])") &&
+                        Contains("hint: the data's shape does not fit the model's input: its "
+                                 "first layer 'features.conv1' Conv2d expects 1 input channels"));
 }
 
 TEST_CASE("evaluate: which model, missing pieces", "[evaluate][errors]") {

@@ -62,60 +62,75 @@ void check_published(const tq::QuantizeOutcome& out, const std::string& dir) {
   CHECK_FALSE(fs::exists(dir + "/model_float.onnx.partial"));
 }
 
-}  // namespace
-
-TEST_CASE("ONNX export, static int8: the trained nets run in ONNX Runtime as their artifact does",
-          "[export][onnx]") {
+// Static int8 on one trained net: published, ONNX Runtime's float outputs
+// are LibTorch's, its Q/DQ top-1 is the TorchScript artifact's image by
+// image, and the optimized graph runs a fused int8 kernel per layer.
+void check_static_net(const std::string& net, const std::string& extra) {
   if (!tq::test::ort_available()) FAIL("ONNX Runtime is not installed: run scripts/ort/install.sh");
   const auto [x, labels] = fmnist_test_set();
-  const std::pair<const char*, const char*> nets[] = {
-      {"cnn", ""},
-      {"mlp", ""},
-      {"resnet", ""},
-      {"mbv2", ""},
-      {"effnet", ""},
-      {"vit_qkv", ""},
-      {"vit", ""},  // nn.TransformerEncoder: attention written out as MatMul and Softmax
-      {"cnn_imbalanced", "  equalization: true\n"},
-  };
-  for (const auto& [net, extra] : nets) {
-    DYNAMIC_SECTION(net) {
-      const std::string model = kModels + "/fmnist/" + net + ".pt";
-      const std::string dir = tqtest_data::temp_dir(std::string("onnx-") + net);
-      const auto out = quantize(spec_text(model, dir, "static_ptq", extra));
-      check_published(out, dir);
+  const std::string model = kModels + "/fmnist/" + net + ".pt";
+  const std::string dir = tqtest_data::temp_dir(std::string("onnx-") + net);
+  const auto out = quantize(spec_text(model, dir, "static_ptq", extra));
+  check_published(out, dir);
 
-      // Float: ONNX Runtime's outputs are LibTorch's (float rounding apart).
-      const at::Tensor head = x.narrow(0, 0, 256);
-      const at::Tensor ref = tq::test::torch_outputs(model, head);
-      const at::Tensor fl = ort_run(dir + "/model_float.onnx", {head}).at(0);
-      INFO(net << ": float, relative error " << tq::test::rel_error(fl, ref) << " (largest element "
-                << tq::test::max_rel_diff(fl, ref) << ")");
-      CHECK(tq::test::rel_error(fl, ref) < 1e-4);
+  // Float: ONNX Runtime's outputs are LibTorch's (float rounding apart).
+  const at::Tensor head = x.narrow(0, 0, 256);
+  const at::Tensor ref = tq::test::torch_outputs(model, head);
+  const at::Tensor fl = ort_run(dir + "/model_float.onnx", {head}).at(0);
+  INFO(net << ": float, relative error " << tq::test::rel_error(fl, ref) << " (largest element "
+            << tq::test::max_rel_diff(fl, ref) << ")");
+  CHECK(tq::test::rel_error(fl, ref) < 1e-4);
 
-      // Q/DQ: the TorchScript int8 artifact's top-1, image by image.
-      const std::string opt = dir + "/optimized.onnx";
-      const at::Tensor q =
-          ort_run(dir + "/quantized_model_libtorch.onnx", {x}, 1000, opt).at(0).argmax(1);
-      const at::Tensor a = tq::test::torch_outputs(out.artifact_path, x).argmax(1);
-      const double top1_onnx = 100.0 * (q == labels).sum().item<double>() / labels.size(0);
-      const double top1_art = 100.0 * (a == labels).sum().item<double>() / labels.size(0);
-      const double agree = 100.0 * (q == a).sum().item<double>() / labels.size(0);
-      INFO(net << ": top-1 ONNX " << top1_onnx << " TorchScript " << top1_art << ", agreement "
-                << agree << " %");
-      CHECK(std::abs(top1_onnx - top1_art) <= 0.1);
-      CHECK(agree >= 99.5);
+  // Q/DQ: the TorchScript int8 artifact's top-1, image by image.
+  const std::string opt = dir + "/optimized.onnx";
+  const at::Tensor q =
+      ort_run(dir + "/quantized_model_libtorch.onnx", {x}, 1000, opt).at(0).argmax(1);
+  const at::Tensor a = tq::test::torch_outputs(out.artifact_path, x).argmax(1);
+  const double top1_onnx = 100.0 * (q == labels).sum().item<double>() / labels.size(0);
+  const double top1_art = 100.0 * (a == labels).sum().item<double>() / labels.size(0);
+  const double agree = 100.0 * (q == a).sum().item<double>() / labels.size(0);
+  INFO(net << ": top-1 ONNX " << top1_onnx << " TorchScript " << top1_art << ", agreement "
+            << agree << " %");
+  CHECK(std::abs(top1_onnx - top1_art) <= 0.1);
+  CHECK(agree >= 99.5);
 
-      // It runs int8: a fused int8 kernel for every quantized layer.
-      const auto ops = tq::test::onnx_op_types(opt);
-      const int64_t int8_ops =
-          count_of(ops, {"com.microsoft:QLinearConv", "QLinearConv", "com.microsoft:QGemm",
-                         "QLinearMatMul", "com.microsoft:QLinearMatMul", "MatMulInteger"});
-      const auto quantized = out.report.at("totals").at("quantized_layers").get<int64_t>();
-      CHECK(quantized > 0);
-      CHECK(int8_ops >= quantized);
-    }
+  // It runs int8: a fused int8 kernel for every quantized layer.
+  const auto ops = tq::test::onnx_op_types(opt);
+  const int64_t int8_ops =
+      count_of(ops, {"com.microsoft:QLinearConv", "QLinearConv", "com.microsoft:QGemm",
+                     "QLinearMatMul", "com.microsoft:QLinearMatMul", "MatMulInteger"});
+  const auto quantized = out.report.at("totals").at("quantized_layers").get<int64_t>();
+  CHECK(quantized > 0);
+  CHECK(int8_ops >= quantized);
+}
+
+}  // namespace
+
+TEST_CASE("ONNX export, static int8: the trained CNN runs in ONNX Runtime as its artifact does",
+          "[export][onnx]") {
+  SECTION("cnn") { check_static_net("cnn", ""); }
+  SECTION("cnn_imbalanced, equalized") {
+    check_static_net("cnn_imbalanced", "  equalization: true\n");
   }
+}
+
+TEST_CASE("ONNX export, static int8: the ResNet (residual adds, BatchNorm folded)",
+          "[export][onnx][resnet]") {
+  check_static_net("resnet", "");
+}
+
+TEST_CASE("ONNX export, static int8: the MobileNetV2-style net (depthwise, ReLU6)",
+          "[export][onnx][mbv2]") {
+  check_static_net("mbv2", "");
+}
+
+TEST_CASE("ONNX export, static int8: the EfficientNet-style net (SiLU, squeeze-excite)",
+          "[export][onnx][effnet]") {
+  check_static_net("effnet", "");
+}
+
+TEST_CASE("ONNX export, static int8: the ViT (attention, LayerNorm, GELU)", "[export][onnx][vit]") {
+  check_static_net("vit_qkv", "");
 }
 
 TEST_CASE("ONNX export, other modes: weight-only (int8, int4 per group), dynamic, fakequant",
@@ -132,11 +147,11 @@ TEST_CASE("ONNX export, other modes: weight-only (int8, int4 per group), dynamic
   };
   const Case cases[] = {
       {"weight-only int8", "cnn", "weight_only_ptq", "", 1e-4, ""},
-      {"weight-only int4 per group", "mlp", "weight_only_ptq",
-       "  layers:\n    - module_name: '*'\n      weights: {dtype: int4, granularity: per_group, "
+      {"weight-only int4 per group", "cnn", "weight_only_ptq",
+       "  layers:\n    - module_name: Linear\n      weights: {dtype: int4, granularity: per_group, "
        "group_size: 64}\n",
        1e-4, ""},
-      {"dynamic", "mlp", "dynamic_ptq", "", 0.05, "MatMulInteger"},
+      {"dynamic", "cnn", "dynamic_ptq", "", 0.05, "MatMulInteger"},
       // fakequant's fake_quantize multiplies by 1/scale, QuantizeLinear divides
       // by scale: a value at a rounding tie may land one step apart.
       {"fakequant static", "cnn", "static_ptq", "", 1e-2, ""},

@@ -3,7 +3,6 @@
 // exporter's bookkeeping), run in ONNX Runtime; the calibration cache and
 // ranges.json read by parsers written from their formats, and the cache
 // compared byte for byte with a Python reference computed from the report.
-#include <onnx/onnx_pb.h>
 #include <torch/script.h>
 
 #include <catch2/catch.hpp>
@@ -15,6 +14,7 @@
 #include <set>
 
 #include "onnx_test_util.h"
+#include "tensorrt_rules.h"
 #include "taoquant/pipeline.h"
 #include "test_data_util.h"
 
@@ -32,83 +32,6 @@ std::string trt_spec(const std::string& model, const std::string& dir, const std
          "  export: {formats: [onnx, onnx_qdq, tensorrt_cache, ranges_json], target: " + target +
          "}\n" + extra + "dataset:\n  quant_calibration_dataset:\n    data_file: " + data +
          "\n    batch_size: 32\n    max_batches: 4\n";
-}
-
-onnx::ModelProto read_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  onnx::ModelProto m;
-  REQUIRE(m.ParseFromIstream(&in));
-  return m;
-}
-
-// TensorRT's explicit-quantization rules, from its developer guide and the
-// onnx-tensorrt operator notes: int8 Q/DQ only, zero points 0, weights per
-// channel on axis 0 in [-127, 127], Q/DQ on the inputs of Conv/Gemm/MatMul
-// and on the residual input of Add, none between Conv, BatchNorm and ReLU,
-// float biases. Returns the broken rules, one line each.
-std::vector<std::string> tensorrt_rule_violations(const std::string& path) {
-  const auto m = read_model(path);
-  const auto& g = m.graph();
-  std::map<std::string, const onnx::TensorProto*> init;
-  for (const auto& t : g.initializer()) init[t.name()] = &t;
-  std::map<std::string, const onnx::NodeProto*> producer;
-  std::map<std::string, std::vector<const onnx::NodeProto*>> readers;
-  for (const auto& n : g.node()) {
-    for (const auto& o : n.output()) producer[o] = &n;
-    for (const auto& i : n.input()) readers[i].push_back(&n);
-  }
-  auto op_of = [&](const std::string& v) {
-    auto it = producer.find(v);
-    return it == producer.end() ? std::string() : it->second->op_type();
-  };
-  std::vector<std::string> bad;
-  auto int8_zero = [&](const onnx::NodeProto& n) {
-    if (n.input_size() < 3) return bad.push_back(n.name() + ": no zero point (uint8 default)");
-    const auto* z = init.count(n.input(2)) ? init[n.input(2)] : nullptr;
-    if (!z || z->data_type() != onnx::TensorProto::INT8)
-      return bad.push_back(n.name() + ": zero point not an int8 initializer");
-    for (char c : z->raw_data())
-      if (c != 0) return bad.push_back(n.name() + ": zero point not 0");
-  };
-  for (const auto& n : g.node()) {
-    const std::string& op = n.op_type();
-    if (op == "QuantizeLinear" || op == "DequantizeLinear") int8_zero(n);
-    if (op == "DequantizeLinear" && init.count(n.input(0))) {  // a weight
-      const auto* w = init[n.input(0)];
-      int64_t axis = 1;
-      for (const auto& a : n.attribute())
-        if (a.name() == "axis") axis = a.i();
-      if (w->dims_size() > 1 && axis != 0) bad.push_back(n.name() + ": weight axis not 0");
-      for (char c : w->raw_data())
-        if (static_cast<int8_t>(c) < -127) bad.push_back(n.name() + ": weight code -128");
-    }
-    if (op == "Conv" || op == "Gemm" || op == "MatMul") {
-      const bool qw = op_of(n.input(1)) == "DequantizeLinear";
-      if (qw && op_of(n.input(0)) != "DequantizeLinear")
-        bad.push_back(n.name() + ": quantized weight, float input");
-      if (n.input_size() > 2 && op_of(n.input(2)) == "DequantizeLinear")
-        bad.push_back(n.name() + ": quantized bias");
-    }
-    if (op == "Add" && !init.count(n.input(0)) && !init.count(n.input(1))) {
-      auto from_layer = [&](const std::string& v) {
-        const std::string o = op_of(v);
-        return o == "Conv" || o == "Gemm";
-      };
-      const bool la = from_layer(n.input(0)), lb = from_layer(n.input(1));
-      const std::string residual = la && !lb ? n.input(1) : lb && !la ? n.input(0) : "";
-      if (la != lb && op_of(residual) != "DequantizeLinear")
-        bad.push_back(n.name() + ": residual input not quantized");
-    }
-    if (op == "QuantizeLinear") {  // no Q/DQ between a Conv and its BatchNorm / ReLU
-      const std::string from = op_of(n.input(0));
-      for (const auto* dq : readers[n.output(0)])
-        for (const auto* r : readers[dq->output(0)])
-          if ((from == "Conv" || from == "BatchNormalization") &&
-              (r->op_type() == "BatchNormalization" || r->op_type() == "Relu"))
-            bad.push_back(n.name() + ": Q/DQ between " + from + " and " + r->op_type());
-    }
-  }
-  return bad;
 }
 
 // The calibration cache, read as TensorRT's format says: a header
@@ -131,79 +54,92 @@ std::map<std::string, float> read_cache(const std::string& path, std::string& he
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("TensorRT handoff: rules, cache, ranges and ONNX Runtime on the trained nets",
-          "[export][tensorrt]") {
+// The TensorRT form of one trained net: TensorRT's Q/DQ rules, ONNX
+// Runtime's top-1 against float and the ort form, the calibration cache
+// (names, amax, an independent writer's bytes) and ranges.json.
+void check_tensorrt_net(const std::string& net) {
   if (!tq::test::ort_available()) FAIL("ONNX Runtime is not installed: run scripts/ort/install.sh");
   const auto [x, labels] = tq::test::fmnist_test_set();
-  for (const char* net : {"cnn", "resnet", "mbv2", "mlp"}) {
-    DYNAMIC_SECTION(net) {
-      const std::string model = kModels + "/fmnist/" + net + ".pt";
-      const std::string calib = kModels + "/fmnist/calib.npz";
-      const std::string trt = tqtest_data::temp_dir(std::string("trt-") + net);
-      const std::string ort = tqtest_data::temp_dir(std::string("trt-ort-") + net);
-      const auto out = tq::run_quantize(tq::parse_spec_text(trt_spec(model, trt, "tensorrt", calib), "<t>"));
-      (void)tq::run_quantize(tq::parse_spec_text(trt_spec(model, ort, "ort", calib), "<t>"));
-      const std::string qdq = trt + "/quantized_model_libtorch.onnx";
-      CHECK(tq::test::python_onnx_check(qdq).empty());
-      const auto bad = tensorrt_rule_violations(qdq);
-      for (const auto& b : bad) UNSCOPED_INFO(b);
-      CHECK(bad.empty());
+  const std::string model = kModels + "/fmnist/" + net + ".pt";
+  const std::string calib = kModels + "/fmnist/calib.npz";
+  const std::string trt = tqtest_data::temp_dir(std::string("trt-") + net);
+  const std::string ort = tqtest_data::temp_dir(std::string("trt-ort-") + net);
+  const auto out = tq::run_quantize(tq::parse_spec_text(trt_spec(model, trt, "tensorrt", calib), "<t>"));
+  (void)tq::run_quantize(tq::parse_spec_text(trt_spec(model, ort, "ort", calib), "<t>"));
+  const std::string qdq = trt + "/quantized_model_libtorch.onnx";
+  CHECK(tq::test::python_onnx_check(qdq).empty());
+  const auto bad = tq::test::tensorrt_rule_violations(qdq);
+  for (const auto& b : bad) UNSCOPED_INFO(b);
+  CHECK(bad.empty());
 
-      // ONNX Runtime runs it: within 0.3 pt of float and of the ort form.
-      auto top1 = [&](const std::string& m) {
-        const at::Tensor p = tq::test::ort_run(m, {x}, 1000).at(0).argmax(1);
-        return 100.0 * (p == labels).sum().item<double>() / labels.size(0);
-      };
-      const double fl = top1(trt + "/model_float.onnx"), t = top1(qdq);
-      const double o = top1(ort + "/quantized_model_libtorch.onnx");
-      INFO(net << ": float " << fl << ", tensorrt form " << t << ", ort form " << o);
-      CHECK(std::abs(fl - t) <= 0.3);
-      CHECK(std::abs(o - t) <= 0.3);
+  // ONNX Runtime runs it: within 0.3 pt of float and of the ort form.
+  auto top1 = [&](const std::string& m) {
+    const at::Tensor p = tq::test::ort_run(m, {x}, 1000).at(0).argmax(1);
+    return 100.0 * (p == labels).sum().item<double>() / labels.size(0);
+  };
+  const double fl = top1(trt + "/model_float.onnx"), t = top1(qdq);
+  const double o = top1(ort + "/quantized_model_libtorch.onnx");
+  INFO(net << ": float " << fl << ", tensorrt form " << t << ", ort form " << o);
+  CHECK(std::abs(fl - t) <= 0.3);
+  CHECK(std::abs(o - t) <= 0.3);
 
-      // The cache: every name a tensor of model_float.onnx, amax to float precision.
-      std::string header;
-      const auto cache = read_cache(trt + "/calibration.cache", header);
-      CHECK(std::regex_match(header, std::regex("TRT-[0-9]+-MinMaxCalibration")));
-      const auto names = tq::test::onnx_value_names(trt + "/model_float.onnx");
-      const std::set<std::string> known(names.begin(), names.end());
-      const auto& mapped = out.report.at("exports").at("files").at(0).at("facts").at("tensor_names");
-      size_t activations = 0;
-      for (const auto& t : out.report.at("quantization").at("tensors")) {
-        if (t.at("role") != "activation" || !t.contains("scale")) continue;
-        ++activations;
-        const std::string name = mapped.at(t.at("name").get<std::string>());
-        INFO(name);
-        REQUIRE(cache.count(name));
-        CHECK(known.count(name));
-        CHECK(cache.at(name) * 127.0 == Approx(t.at("amax").get<double>()).epsilon(1e-6));
-      }
-      CHECK(activations > 0);
-      CHECK(cache.size() <= activations);
-
-      // ranges.json: the same numbers, and MQBench's TensorRT form.
-      std::ifstream rin(trt + "/ranges.json");
-      const auto ranges = nlohmann::json::parse(rin);
-      for (const auto& [name, scale] : cache) {
-        CHECK(ranges.at("tensorrt").at("blob_range").at(name).get<double>() / 127.0 ==
-              Approx(scale).epsilon(1e-6));
-        CHECK(ranges.at("activations").at(name).at("amax").get<double>() ==
-              ranges.at("tensorrt").at("blob_range").at(name).get<double>());
-      }
-
-      // An independent reference of the cache's bytes, from the report.
-      const auto r = tqtest_data::run_cmd(std::string(tqtest_data::kPython) + " " +
-                                          TQ_SOURCE_DIR + "/tests/data/trt_cache_ref.py " + trt +
-                                          "/quantize_report.json " + trt + "/cache_ref.txt");
-      INFO(r.out);
-      REQUIRE(r.status == 0);
-      std::ifstream a(trt + "/calibration.cache"), b(trt + "/cache_ref.txt");
-      const std::string sa((std::istreambuf_iterator<char>(a)), {}),
-          sb((std::istreambuf_iterator<char>(b)), {});
-      CHECK(sa == sb);
-    }
+  // The cache: every name a tensor of model_float.onnx, amax to float precision.
+  std::string header;
+  const auto cache = read_cache(trt + "/calibration.cache", header);
+  CHECK(std::regex_match(header, std::regex("TRT-[0-9]+-MinMaxCalibration")));
+  const auto names = tq::test::onnx_value_names(trt + "/model_float.onnx");
+  const std::set<std::string> known(names.begin(), names.end());
+  const auto& mapped = out.report.at("exports").at("files").at(0).at("facts").at("tensor_names");
+  size_t activations = 0;
+  for (const auto& t : out.report.at("quantization").at("tensors")) {
+    if (t.at("role") != "activation" || !t.contains("scale")) continue;
+    ++activations;
+    const std::string name = mapped.at(t.at("name").get<std::string>());
+    INFO(name);
+    REQUIRE(cache.count(name));
+    CHECK(known.count(name));
+    CHECK(cache.at(name) * 127.0 == Approx(t.at("amax").get<double>()).epsilon(1e-6));
   }
+  CHECK(activations > 0);
+  CHECK(cache.size() <= activations);
+
+  // ranges.json: the same numbers, and MQBench's TensorRT form.
+  std::ifstream rin(trt + "/ranges.json");
+  const auto ranges = nlohmann::json::parse(rin);
+  for (const auto& [name, scale] : cache) {
+    CHECK(ranges.at("tensorrt").at("blob_range").at(name).get<double>() / 127.0 ==
+          Approx(scale).epsilon(1e-6));
+    CHECK(ranges.at("activations").at(name).at("amax").get<double>() ==
+          ranges.at("tensorrt").at("blob_range").at(name).get<double>());
+  }
+
+  // An independent reference of the cache's bytes, from the report.
+  const auto r = tqtest_data::run_cmd(std::string(tqtest_data::kPython) + " " +
+                                      TQ_SOURCE_DIR + "/tests/data/trt_cache_ref.py " + trt +
+                                      "/quantize_report.json " + trt + "/cache_ref.txt");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  std::ifstream a(trt + "/calibration.cache"), b(trt + "/cache_ref.txt");
+  const std::string sa((std::istreambuf_iterator<char>(a)), {}),
+      sb((std::istreambuf_iterator<char>(b)), {});
+  CHECK(sa == sb);
+}
+
+}  // namespace
+
+TEST_CASE("TensorRT handoff: rules, cache, ranges and ONNX Runtime on the trained CNN",
+          "[export][tensorrt]") {
+  check_tensorrt_net("cnn");
+}
+
+TEST_CASE("TensorRT handoff on the ResNet: residual inputs quantized, BatchNorm untouched",
+          "[export][tensorrt][resnet]") {
+  check_tensorrt_net("resnet");
+}
+
+TEST_CASE("TensorRT handoff on the MobileNetV2-style net: depthwise convs and ReLU6",
+          "[export][tensorrt][mbv2]") {
+  check_tensorrt_net("mbv2");
 }
 
 TEST_CASE("TensorRT target: what TensorRT cannot take is refused at its key, before the model loads",

@@ -3,10 +3,13 @@
 // checked with LibTorch's FileCheck or by reading the nodes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/testing/file_check.h>
 #include <torch/script.h>
 
@@ -394,4 +397,35 @@ graph(%x : Tensor, %scale : float, %zp : int):
       ->check("aten::fake_quantize_per_tensor_affine(")
       ->check("aten::conv2d")
       ->run(*g);
+}
+
+TEST_CASE("jit exact_float_constants: a scale of 1e10 or more survives the saved code", "[jit]") {
+  // LibTorch's printer writes a whole float in [1e10, 1e17) with no point:
+  // the saved code read 771358130176.0 back as an int and did not compile.
+  torch::jit::Module m("M");
+  m.define(R"JIT(
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.quantize_per_tensor(x, 771358130176.0, 0, 12).dequantize() * 3.5e16 + 0.25
+  )JIT");
+  const auto save_and_load = [&] {
+    std::stringstream ss;
+    m.save(ss);
+    return torch::jit::load(ss);
+  };
+  CHECK_THROWS(save_and_load());  // LibTorch alone: the code does not compile
+  CHECK(jit::exact_float_constants(m) == 2);
+  FileCheck().check_not("771358130176.")->check("aten::mul")->run(*m.get_method("forward").graph());
+  CHECK(jit::exact_float_constants(m) == 0);  // nothing left to rewrite
+  auto loaded = save_and_load();
+  const at::Tensor x = torch::tensor({1e12f, 3e12f});
+  CHECK(at::equal(loaded.forward({x}).toTensor(), m.forward({x}).toTensor()));
+  // The values are the same doubles: c * 2^k is exact.
+  auto graph = loaded.get_method("forward").graph()->copy();
+  torch::jit::ConstantPropagation(graph);
+  std::vector<double> values;
+  for (Node* n : graph->nodes())
+    if (n->kind() == torch::jit::prim::Constant && n->output()->type()->cast<c10::FloatType>())
+      values.push_back(torch::jit::toIValue(n->output())->toDouble());
+  CHECK(std::count(values.begin(), values.end(), 771358130176.0) == 1);
+  CHECK(std::count(values.begin(), values.end(), 3.5e16) == 1);
 }

@@ -241,7 +241,7 @@ TEST_CASE("static int8 on the CNN: real quantized kernels, accuracy kept", "[e2e
 }
 
 TEST_CASE("static int8 with a blanket per_tensor rule on the ResNet: one root qconfig",
-          "[e2e][static]") {
+          "[e2e][static][resnet]") {
   // Each block's input is read by conv1 and by the downsample conv. With one
   // qconfig entry per layer, LibTorch refused to place two observers on it
   // ("Expecting all values in the graph only configured with one observer");
@@ -524,7 +524,8 @@ TEST_CASE("static int8: bad never-slower options and data that does not fit",
   // 224x224 RGB images for a 28x28 grayscale model: the first pass over the
   // data names the shape and the model's first layer.
   expect(static_spec(dir, cnn, kModels + "/tv/imagenet_rand_n8_224.npz"), tq::ExitCode::kRuntime,
-         "calibration data shape [1,3,224,224] does not fit the model's input (first layer");
+         "the model's forward failed on the calibration data (shape [1,3,224,224]): RuntimeError: "
+         "Given groups=1");
 }
 
 TEST_CASE("static int8: activation_range full observes 8-bit activations, reduced 7-bit",

@@ -123,7 +123,7 @@ const char* kInt4 =
 }  // namespace
 
 TEST_CASE("static int8 on the ViT with outlier channels: SmoothQuant recovers, never hurts",
-          "[algorithms][smoothquant][e2e]") {
+          "[algorithms][smoothquant][e2e][vit]") {
   const std::string d = tq::test::alg_tmpdir("vit_sq");
   for (const std::string name : {"vit_qkv", "vit_qkv_outliers"}) {
     const std::string model = kModels + "/fmnist/" + name + ".pt";
@@ -157,7 +157,7 @@ TEST_CASE("static int8 on the ViT with outlier channels: SmoothQuant recovers, n
 }
 
 TEST_CASE("weight-only int4 on the ViTs: AWQ and GPTQ never lose to nearest",
-          "[algorithms][awq][gptq][e2e]") {
+          "[algorithms][awq][gptq][e2e][vit]") {
   const std::string d = tq::test::alg_tmpdir("vit_awq");
   for (const std::string name : {"vit_qkv", "vit_qkv_outliers"}) {
     const std::string model = kModels + "/fmnist/" + name + ".pt";

@@ -55,7 +55,8 @@ case "$b" in
     echo "tao-quant: error: quality gate failed" >&2; exit 3 ;;
 esac
 if [ "$stage" = quantize ]; then
-  echo "{\"totals\":{\"file_ratio\":0.25},\"backend\":{\"requested\":\"fakebackend\"},\"mode\":\"weight_only_ptq\",\"threads\":\"$TQ_NUM_THREADS\"}" > "$dir/quantize_report.json"
+  printf '%s' "@ARTIFACT@" > "$dir/quantized_model_libtorch.pth"
+  echo "{\"totals\":{\"file_ratio\":0.25},\"backend\":{\"requested\":\"fakebackend\"},\"mode\":\"weight_only_ptq\",\"threads\":\"$TQ_NUM_THREADS\",\"artifact\":@RECORD@}" > "$dir/quantize_report.json"
 else
   echo '{"schema_version":1,"metrics":{"top1":90.5,"top1_drop":0.75,"speedup":{"1":1.5,"32":2.5,"4":9.0}},"float":{"top1":91.25},"quantized":{"top1":90.5}}' > "$dir/evaluate_report.json"
 fi
@@ -67,7 +68,18 @@ struct Fixture {
   std::string exe = d / "fake-tao-quant";
   std::string calls = d / "calls.txt";
   Fixture() {
-    write(exe, kFakeExe);
+    // The fake quantize writes an artifact and its record in the report (a
+    // complete result pair, result_files.h), as tao-quant does.
+    const std::string artifact = "PK fake artifact";
+    const nlohmann::json record = {{"file", "quantized_model_libtorch.pth"},
+                                   {"bytes", artifact.size()},
+                                   {"xxh64", tq::Hash64().update(artifact).hex()}};
+    std::string exe_text = kFakeExe;
+    exe_text.replace(exe_text.find("@ARTIFACT@"), 10, artifact);
+    std::string rec;  // inside the script's "..." string
+    for (char c : record.dump()) rec += c == '"' ? std::string("\\\"") : std::string(1, c);
+    exe_text.replace(exe_text.find("@RECORD@"), 8, rec);
+    write(exe, exe_text);
     ::chmod(exe.c_str(), 0755);
     write(d / "spec.yaml", "quantize:\n  backend: libtorch\n  model_path: " + (d / "m.pt") + "\n");
     write(d / "m.pt", "PK model bytes");

@@ -2,7 +2,10 @@
 // with libxml2 against tests/data/batch/junit.xsd), merging shards, exit codes.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <regex>
+#include <utility>
+#include <vector>
 
 #include "batch_junit.h"
 #include "taoquant/batch.h"
@@ -244,4 +247,50 @@ TEST_CASE("batch summary: shards merge into the unsharded summary", "[batch]") {
     CHECK(e.code() == tq::ExitCode::kUsage);
     CHECK_THAT(e.what(), Contains("1 of 7 jobs are in none of the summaries (gated)"));
   }
+}
+
+TEST_CASE("batch summary: the markdown escapes what a user wrote as the HTML summary does",
+          "[batch]") {
+  tq::BatchSummary s = summary();
+  s.manifest_path = "m<script>alert(1)</script>.yaml";
+  s.jobs[4].model = "models/<img src=x onerror=alert(7)>.pt";
+  s.jobs[4].message = "model '<img src=x onerror=alert(7)>' does not exist `code` | & \"q\" 'a'";
+  const std::string md = tq::summary_to_markdown(s);
+  INFO(md);
+  CHECK_THAT(md, !Contains("<img") && !Contains("<script") && !Contains("`"));
+  CHECK_THAT(md, Contains("&lt;img src=x onerror=alert(7)&gt;.pt"));
+  CHECK_THAT(md, Contains("- trunc: model &apos;&lt;img src=x onerror=alert(7)&gt;&apos; does "
+                          "not exist &#96;code&#96; \\| &amp; &quot;q&quot;"));
+  CHECK_THAT(md, Contains("Manifest m&lt;script&gt;alert(1)&lt;/script&gt;.yaml"));
+  // The table keeps its 11 cells per row.
+  std::istringstream is(md);
+  std::string line;
+  for (int i = 0; i < 2 + 5; ++i) std::getline(is, line);
+  CHECK(cells(line).size() == 11);
+}
+
+TEST_CASE("batch summary: a summary file of the wrong types is refused naming the key", "[batch]") {
+  const nlohmann::json good = tq::summary_to_json(summary());
+  CHECK_NOTHROW(tq::summary_from_text(good.dump(), "s.json"));
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& j) { j["command"] = 5; }, "s.json: command: this is not a batch summary"},
+      {[](nlohmann::json& j) { j["wall_s"] = "long"; },
+       "s.json: wall_s: expected a number or null, found '\"long\"'"},
+      {[](nlohmann::json& j) { j["jobs"][0]["resumed"] = "yes"; },
+       "s.json: job 'cnn-w8': resumed: expected true or false, found '\"yes\"'"},
+      {[](nlohmann::json& j) { j["jobs"][0]["id"] = std::string(1000, 'x'); },
+       "(1,000 characters): index 0 does not match manifest.job_ids"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    nlohmann::json j = good;
+    edit(j);
+    try {
+      tq::summary_from_text(j.dump(), "s.json");
+      FAIL("accepted");
+    } catch (const tq::UsageError& e) {
+      CHECK_THAT(std::string(e.what()), Contains(expected));
+    }
+  }
+  CHECK_THROWS_WITH(tq::summary_from_text("{\"jobs\": [", "s.json"),
+                    Contains("s.json: not a batch summary (not valid JSON)"));
 }

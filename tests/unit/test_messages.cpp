@@ -1,6 +1,12 @@
 // How messages show what the user wrote: long values are cut (one helper,
 // tq::quoted), and a path too long for the OS is reported as such.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
 
 #include "core/messages.h"
 #include "taoquant/batch.h"
@@ -23,18 +29,18 @@ std::string spec_error(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("messages: quoted values are cut after 200 characters", "[spec][messages]") {
+TEST_CASE("messages: quoted values are cut after 80 characters", "[spec][messages]") {
   CHECK(tq::quote_value("abc") == "'abc'");
   CHECK(tq::quote_value("") == "''");
-  const std::string a200(200, 'a');
-  CHECK(tq::quote_value(a200) == "'" + a200 + "'");
-  CHECK(tq::quote_value(a200 + "b") == "'" + a200 + "\u2026' (201 characters)");
+  const std::string a80(80, 'a');
+  CHECK(tq::quote_value(a80) == "'" + a80 + "'");
+  CHECK(tq::quote_value(a80 + "b") == "'" + a80 + "\u2026' (81 characters)");
   CHECK(tq::quote_value(std::string(10000184, 'a')) ==
-        "'" + a200 + "\u2026' (10,000,184 characters)");
+        "'" + a80 + "\u2026' (10,000,184 characters)");
   // Characters, not bytes: a multi-byte character is never split.
   std::string e;
   for (int i = 0; i < 300; ++i) e += "\u00e9";
-  CHECK(tq::quote_value(e) == "'" + e.substr(0, 400) + "\u2026' (300 characters)");
+  CHECK(tq::quote_value(e) == "'" + e.substr(0, 160) + "\u2026' (300 characters)");
 }
 
 TEST_CASE("messages: a huge value in a spec gives a short message", "[spec][messages]") {
@@ -80,4 +86,27 @@ TEST_CASE("messages: first_line skips the blank lines LibTorch's script errors s
   CHECK(tq::first_line("no newline") == "no newline");
   CHECK(tq::first_line("") == "");
   CHECK(tq::first_line("\n\n") == "");
+}
+
+TEST_CASE("messages: a file a user hands over is read only when regular, up to a cap",
+          "[messages]") {
+  const std::string p = "/tmp/tq_capped_" + std::to_string(::getpid());
+  { std::ofstream(p) << std::string(1000, 'x'); }
+  std::string text = "old";
+  CHECK(tq::read_file_capped(p, 1000, "report", text) == "");
+  CHECK(text == std::string(1000, 'x'));
+  CHECK(tq::read_file_capped(p, 999, "report", text) ==
+        "is 1000 bytes, more than the 999 bytes a report may have");
+  CHECK(text.empty());
+  CHECK(tq::file_problem(p) == "");
+  std::filesystem::remove(p);
+  CHECK(tq::read_file_capped(p, 10, "report", text) == "does not exist");
+  CHECK(tq::read_file_capped("/dev/zero", 10, "report", text) ==
+        "is a character device, not a regular file");
+  CHECK(tq::file_problem("/tmp") == "is a folder, not a file");
+  REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+  CHECK(tq::file_problem(p) == "is a FIFO (named pipe), not a regular file");
+  CHECK(tq::read_file_capped(p, 10, "report", text) ==
+        "is a FIFO (named pipe), not a regular file");
+  std::filesystem::remove(p);
 }

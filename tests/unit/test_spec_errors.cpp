@@ -584,3 +584,24 @@ TEST_CASE("spec error: override paths that cannot be set", "[spec]") {
   CHECK_OVERRIDE(f, "quantize.layers.5.module_name=b");
   CHECK_THAT(f.msg, Contains("'quantize.layers' is a list of 1 and '5' is not an index"));
 }
+
+TEST_CASE("spec error: an algorithm setting out of range says the range it allows",
+          "[spec][algorithms]") {
+  auto f = fail_of("quantize:\n  awq: {grid: 1}\n");
+  CHECK_AT(f, 2, 15);
+  CHECK_THAT(f.msg, Contains("quantize.awq.grid: expected an integer >= 2, found '1'"));
+  // .inf is a number to YAML, but no damping is infinite: exit 2 at the key,
+  // not exit 1 when GPTQ runs.
+  for (const char* inf : {".inf", "+.inf", ".Inf"}) {
+    f = fail_of(std::string("quantize:\n  weight_rounding: {method: gptq, damp: ") + inf + "}\n");
+    CHECK_AT(f, 2, 41);
+    CHECK_THAT(f.msg, Contains("quantize.weight_rounding.damp: expected a finite number > 0, "
+                               "found '" +
+                               std::string(inf) + "'"));
+  }
+  f = fail_of("quantize:\n  weight_rounding: {method: gptq, damp: -.inf}\n");
+  CHECK_THAT(f.msg, Contains("damp: expected a number > 0, found '-.inf'"));
+  f = fail_of("quantize:\n  tune: {time_budget_s: .inf}\n");
+  CHECK_AT(f, 2, 25);
+  CHECK_THAT(f.msg, Contains("quantize.tune.time_budget_s: expected a finite number > 0"));
+}

@@ -88,6 +88,7 @@ struct JobResult {
   std::string message;                                     // one line: why it failed
   std::vector<std::string> log_tail;
   bool resumed = false;  // reused from an earlier run (--resume)
+  std::vector<std::string> exports;  // files exported with the result (quantize.export)
   std::string dir;       // the job's results_dir
 };
 
@@ -111,7 +112,14 @@ nlohmann::json job_result_to_json(const JobResult& r);
 JobResult job_result_from_json(const nlohmann::json& j, const std::string& source);
 
 nlohmann::json summary_to_json(const BatchSummary& s);
+// Throws UsageError (exit 2) naming `source` and the key when the JSON is
+// not a batch summary.
 BatchSummary summary_from_json(const nlohmann::json& j, const std::string& source);
+// The same for the text of a summary file.
+BatchSummary summary_from_text(const std::string& text, const std::string& source);
+// A batch_summary.json a user hands over (`report merge`): only a regular
+// file of at most kMaxReportBytes is read (UsageError otherwise).
+BatchSummary read_summary_file(const std::string& path);
 // A markdown table: one row per job (model, backend, mode, status, size
 // ratio, fp32/quant top-1, drop, speedup, wall time), then the totals.
 std::string summary_to_markdown(const BatchSummary& s);

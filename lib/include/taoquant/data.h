@@ -104,13 +104,16 @@ std::unique_ptr<DataLoader> make_data_loader(const Spec& spec, const DataSourceS
                                              const std::string& key, bool want_labels);
 
 // Runs one forward pass on the first sample of `b`. When it fails, throws
-// RuntimeError. A shape or dtype mismatch at the model's first layer:
-//   "<what> shape [1,3,32,32] does not fit the model's input (first layer
-//    'features.conv1' Conv2d expects 1 input channels): <LibTorch's message>"
-// otherwise (the input is what the first layer takes) the model's own error,
-// as its code raised it:
+// RuntimeError with the error the forward raised, as its code raised it
+// (the model's own exception, or the failing op's message):
 //   "the model's forward failed on the <what> (shape [1,1,28,28], which its
-//    first layer ... takes): <the model's message>"
+//    first layer ... takes): <the error>"
+// and when the data does not fit the model's first layer (a Linear's input
+// features, a conv's channels and rank, a floating dtype), that as a hint
+// (only a guess: a forward may reshape its input before that layer):
+//   "the model's forward failed on the <what> (shape [1,3,32,32]): <the
+//    error>\nhint: the data's shape does not fit the model's input: its first
+//    layer 'features.conv1' Conv2d expects 1 input channels (unless ...)"
 void check_input_fits(const torch::jit::Module& model, const Batch& b,
                       const std::string& what = "calibration/test data");
 

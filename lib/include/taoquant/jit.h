@@ -74,6 +74,9 @@ struct ModuleInstance {
   size_t slot = 0;  // attribute slot in the parent
 };
 std::vector<ModuleInstance> module_instances(const Module& root);
+// Runs `pass` on the graph of every method of every module instance of
+// `root`; the sum of what it returns (e.g. how many nodes it changed).
+size_t on_every_method(Module& root, const std::function<size_t(Graph&)>& pass);
 
 // "a.b.c" for GetAttr[c](GetAttr[b](GetAttr[a](self))); nullopt if `v` is
 // not such a chain from a graph input.
@@ -179,6 +182,16 @@ void inline_branch(Node* if_node, size_t which);
 // Constant propagation and dead code elimination (LibTorch's passes): ifs
 // with constant conditions are replaced by the branch they take.
 void fold_constants(const std::shared_ptr<Graph>& g);
+
+// LibTorch's code printer writes a float constant that is a whole number
+// in [1e10, 1e17) without a point ("771358130176"), so the saved code reads
+// it back as an int and does not compile (static SmoothQuant on data with
+// an outlier pixel gave an activation scale of 7.7e11). Rewrites each such
+// constant as an exact product c * 2^k of two constants that print with a
+// point. Returns how many were rewritten; the same on every method of every
+// module instance (run before a module is saved).
+size_t exact_float_constants(Graph& g);
+size_t exact_float_constants(Module& m);
 
 // InsertQuantDeQuant treats a tuple built from a quantized tensor
 // (nn.MultiheadAttention's `(attn_output, None)`, in ViT) as quantized and

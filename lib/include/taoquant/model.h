@@ -50,7 +50,9 @@ void check_artifact_loads(const std::string& path, const std::string& expected,
 // its output on `holdout` (the held-out calibration batch; skipped when
 // empty). Otherwise the file is removed and a RuntimeError (exit 1) names
 // the tensor or the output and the value ("... 'seq.fc2.bias' holds NaN;
-// it was not published").
+// it was not published"). A fresh load of it must also run batch 1, the
+// held-out batch's size, then batch 1 again, in one process, as a
+// deployment does ("... fails when the batch size changes ...").
 void check_artifact_finite(const std::string& path, const std::vector<at::Tensor>& holdout,
                            const std::string& backend);
 

@@ -11,6 +11,7 @@
 #include "taoquant/backend.h"
 #include "taoquant/export.h"
 #include "taoquant/plan.h"
+#include "taoquant/result_files.h"  // artifact_name
 #include "taoquant/spec.h"
 
 namespace tq {
@@ -51,9 +52,6 @@ struct QuantizeOutcome {
   std::string timing_cache_path;
   nlohmann::json timing_cache = nlohmann::json::object();
 };
-
-// The artifact name: quantized_model_<requested backend>.pth.
-std::string artifact_name(const std::string& requested_backend);
 
 // Builds the plan only (no quantization): what `inspect` and `--dry-run` show.
 struct InspectOutcome {

@@ -6,6 +6,7 @@
 // (`result_pair_problem`): `evaluate` and `batch --resume` refuse such a pair.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -28,9 +29,33 @@ void rename_durably(const std::string& from, const std::string& to);
 // {file: the name `as_name` will have, bytes, xxh64} of the file at `path`.
 nlohmann::json artifact_fingerprint(const std::string& path, const std::string& as_name);
 
+// The artifact's file name in results_dir: quantized_model_<backend>.pth,
+// after the backend name the spec asked for (an alias stays an alias).
+std::string artifact_name(const std::string& requested_backend);
+
+// The largest report read back (quantize_report.json holds a histogram per
+// activation: megabytes on large models; a larger file is not a report).
+constexpr size_t kMaxReportBytes = size_t{256} << 20;
+
 // "" when the report at `report_path` describes the artifact at
-// `artifact_path` (or was written by a tao-quant that recorded no
-// fingerprint); otherwise what is wrong, in a sentence.
+// `artifact_path` (its file name, size and XXH64); otherwise what is wrong,
+// in a sentence that starts with "incomplete result" (a run was interrupted
+// between its two renames: no report, or another artifact's bytes), "no
+// result" (the report is another backend's result's, written later into the
+// same folder) or "unusable result" (the report is not a regular file, not
+// JSON, or its artifact record is missing or not what quantize writes).
 std::string result_pair_problem(const std::string& artifact_path, const std::string& report_path);
+// Whether `problem` is one of result_pair_problem's sentences.
+bool refused_result(const std::string& problem);
+// The same for the report's text, read from `report_path`.
+std::string report_pair_problem(const std::string& report_text, const std::string& report_path,
+                                const std::string& artifact_path);
+// The artifact file name the report at `report_path` records, or "" when
+// there is no readable report or it records none.
+std::string reported_artifact_file(const std::string& report_path);
+// A warning for a quantize run with `backend` into `results_dir` when the
+// folder holds another backend's result (its report names another
+// artifact, which is there): this run replaces that report. "" otherwise.
+std::string replaced_result_warning(const std::string& results_dir, const std::string& backend);
 
 }  // namespace tq

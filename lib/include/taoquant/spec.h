@@ -158,7 +158,16 @@ Spec parse_spec_text(const std::string& text, const std::string& name,
 // each throws SpecError naming the key, file and line.
 void require_model_path(const Spec& spec);
 void require_calibration(const Spec& spec);  // static_ptq, GPTQ and bias correction need data
-// quantize.results_dir or the top-level results_dir.
+// quantize.results_dir or the top-level results_dir, set and usable as a
+// folder: a path that is (or lies under) a file is a SpecError at its key,
+// found before the model loads.
 void require_results_dir(const Spec& spec);
+
+// The resolved spec as the artifact embeds it: what builds the model,
+// without where the results go (results_dir, quantize.results_dir), the
+// evaluate section (checks made afterwards, often naming a path in
+// results_dir) and quantize.export (other files, from the same numbers). The same spec into two folders gives the same artifact
+// bytes; the report keeps the whole resolved spec.
+nlohmann::json artifact_spec(const Spec& spec);
 
 }  // namespace tq

@@ -19,6 +19,9 @@ namespace tq {
 
 // Bumped when the keys or the meaning of an entry change.
 constexpr int kTimingCacheSchema = 1;
+// The largest cache file read: a cache holds a few entries per layer and
+// batch size (kilobytes); a larger file is not one.
+constexpr size_t kMaxTimingCacheBytes = size_t{64} << 20;
 
 // What a measurement holds for. A cache whose fields differ from this
 // machine's is refused.
@@ -38,9 +41,14 @@ class TimingCache {
  public:
   explicit TimingCache(TimingEnv env) : env_(std::move(env)) {}
   // Reads a cache file for this machine (`here`). Throws SpecError at `loc`
-  // (exit 2) when it cannot be read, is not a timing cache, or was measured
-  // elsewhere (each differing field, the cache's value and this machine's).
+  // (exit 2) when it cannot be read (only a regular file of at most
+  // kMaxTimingCacheBytes is), is not a timing cache, holds what the schema
+  // does not allow (naming the field), or was measured elsewhere (each
+  // differing field, the cache's value and this machine's).
   static TimingCache load(const std::string& path, const TimingEnv& here, const SourceLoc& loc);
+  // The same for the file's text (`path` names it in messages).
+  static TimingCache parse(const std::string& text, const std::string& path, const TimingEnv& here,
+                           const SourceLoc& loc);
 
   const TimingEnv& env() const { return env_; }
   const std::string& path() const { return path_; }  // "" unless loaded

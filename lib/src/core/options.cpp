@@ -37,7 +37,7 @@ std::string check_value(const OptionDef& o, const nlohmann::json& v) {
       if (o.allowed.empty() ||
           std::find(o.allowed.begin(), o.allowed.end(), v.get<std::string>()) != o.allowed.end())
         return "";
-      return "'" + v.get<std::string>() + "' is not one of: " + join(o.allowed) +
+      return quote_value(v.get<std::string>()) + " is not one of: " + join(o.allowed) +
              did_you_mean(v.get<std::string>(), o.allowed);
     case OptionType::kIntList: {
       bool ok = v.is_array() && !v.empty();

@@ -221,6 +221,13 @@ const LayerPlan* Plan::find(const std::string& name) const {
   return nullptr;
 }
 
+// "spec.yaml:7:5: skip_names[1] 'nothing.here' matches no quantizable layer"
+static void warn_unused(Plan& plan, const SourceLoc& loc, const std::string& rule,
+                        const std::string& pattern) {
+  plan.warnings.push_back(loc.str() + ": " + rule + " " + quote_value(pattern) +
+                          " matches no quantizable layer");
+}
+
 Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
   const auto& q = spec.quantize;
   Plan plan;
@@ -279,13 +286,12 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
     plan.warnings.push_back("activation dtypes are ignored in mode weight_only_ptq");
   for (size_t i = 0; i < q.layers.size(); ++i)
     if (rule_hits[i] == 0)
-      plan.warnings.push_back(q.layers[i].loc.str() + ": layers[" + std::to_string(i) +
-                              "] module_name '" + q.layers[i].module_name +
-                              "' matches no quantizable layer");
+      warn_unused(plan, q.layers[i].loc, "layers[" + std::to_string(i) + "] module_name",
+                  q.layers[i].module_name);
   for (size_t j = 0; j < q.skip_names.size(); ++j)
     if (skip_hits[j] == 0)
-      plan.warnings.push_back(q.skip_names[j].loc.str() + ": skip_names[" + std::to_string(j) +
-                              "] '" + q.skip_names[j].pattern + "' matches no quantizable layer");
+      warn_unused(plan, q.skip_names[j].loc, "skip_names[" + std::to_string(j) + "]",
+                  q.skip_names[j].pattern);
   return plan;
 }
 

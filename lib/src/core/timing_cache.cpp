@@ -1,8 +1,10 @@
 #include "taoquant/timing_cache.h"
 
-#include <fstream>
-#include <sstream>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 
+#include "core/messages.h"
 #include "taoquant/batch.h"
 
 namespace tq {
@@ -45,43 +47,118 @@ std::string TimingEnv::differences(const TimingEnv& here) const {
   return out;
 }
 
+namespace {
+
+using nlohmann::json;
+
+// The file's fields, each checked against what the schema allows; a
+// SpecError (exit 2) names the field, what was found and what is expected.
+class CacheReader {
+ public:
+  CacheReader(std::string who, SourceLoc loc) : who_(std::move(who)), loc_(std::move(loc)) {}
+
+  [[noreturn]] void bad(const std::string& field, const std::string& msg) const {
+    throw SpecError(loc_, who_ + ": " + field + ": " + msg);
+  }
+  // `obj` has exactly `keys`: a missing or an unknown one is named.
+  void fields(const json& obj, const std::string& prefix,
+              const std::vector<std::string>& keys) const {
+    for (const auto& k : keys)
+      if (!obj.contains(k)) bad(prefix + k, "is missing");
+    for (const auto& [k, v] : obj.items())
+      if (std::find(keys.begin(), keys.end(), k) == keys.end())
+        bad(prefix + k, "unknown field (expected: " + join(keys) + ")" + did_you_mean(k, keys));
+  }
+  std::string text(const json& v, const std::string& field) const {
+    if (!v.is_string()) bad(field, "expected a string, found " + found(v));
+    return v.get<std::string>();
+  }
+  int integer(const json& v, const std::string& field, int min) const {
+    if (!v.is_number_integer() || v.get<int64_t>() < min || v.get<int64_t>() > INT32_MAX)
+      bad(field, "expected an integer >= " + std::to_string(min) + ", found " + found(v));
+    return v.get<int>();
+  }
+  static std::string found(const json& v) {
+    if (v.is_array()) return "a list";
+    if (v.is_object()) return "a map";
+    return quote_value(v.dump());
+  }
+
+ private:
+  std::string who_;
+  SourceLoc loc_;
+};
+
+TimingEnv machine_of(const CacheReader& r, const json& m, int schema) {
+  if (!m.is_object()) r.bad("machine", "expected a map, found " + CacheReader::found(m));
+  r.fields(m, "machine.", {"schema", "libtorch", "cpu", "isa", "threads"});
+  TimingEnv env;
+  env.schema = schema;
+  const int inner = r.integer(m["schema"], "machine.schema", 1);
+  if (inner != schema)
+    r.bad("machine.schema", std::to_string(inner) + " where the cache's schema is " +
+                                std::to_string(schema) +
+                                " (they are written equal; was it edited?)");
+  env.libtorch = r.text(m["libtorch"], "machine.libtorch");
+  env.cpu = r.text(m["cpu"], "machine.cpu");
+  env.isa = r.text(m["isa"], "machine.isa");
+  env.threads = r.integer(m["threads"], "machine.threads", 1);
+  return env;
+}
+
+// entries: {key: milliseconds}, each a measured time (> 0).
+std::map<std::string, double> entries_of(const CacheReader& r, const json& e) {
+  if (!e.is_object())
+    r.bad("entries", "expected a map of {key: milliseconds}, found " + CacheReader::found(e));
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : e.items()) {
+    if (k.empty()) r.bad("entries", "an entry has an empty key");
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
+      r.bad("entries", "entry " + quote_value(k) +
+                           " is not a time in ms (expected a number > 0, found " +
+                           CacheReader::found(v) + ")");
+    out[k] = v.get<double>();
+  }
+  return out;
+}
+
+}  // namespace
+
 TimingCache TimingCache::load(const std::string& path, const TimingEnv& here,
                               const SourceLoc& loc) {
-  const std::string who = "timing cache '" + path + "'";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SpecError(loc, who + " cannot be read (missing or not readable)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kFormat)
+  std::string text;
+  const std::string problem = read_file_capped(path, kMaxTimingCacheBytes, "timing cache", text);
+  if (!problem.empty()) throw SpecError(loc, "timing cache " + quote_value(path) + " " + problem);
+  return parse(text, path, here, loc);
+}
+
+TimingCache TimingCache::parse(const std::string& text, const std::string& path,
+                               const TimingEnv& here, const SourceLoc& loc) {
+  const std::string who = "timing cache " + quote_value(path);
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != kFormat)
     throw SpecError(loc, who +
                              " is not a timing cache (write one with `tao-quant profile` or "
                              "take the timing_cache.json that quantize writes)");
-  TimingEnv env;
-  try {
-    const auto& m = j.at("machine");
-    env.schema = j.at("schema").get<int>();
-    env.libtorch = m.at("libtorch").get<std::string>();
-    env.cpu = m.at("cpu").get<std::string>();
-    env.isa = m.at("isa").get<std::string>();
-    env.threads = m.at("threads").get<int>();
-    TimingCache c(env);
-    c.engine_ = j.at("engine").get<std::string>();
-    for (const auto& [k, v] : j.at("entries").items()) {
-      if (!v.is_number() || v.get<double>() < 0)
-        throw SpecError(loc, who + ": entry '" + k + "' is not a time in ms");
-      c.entries_[k] = v.get<double>();
-    }
-    const std::string diff = env.differences(here);
-    if (!diff.empty())
-      throw SpecError(loc, who + " was measured elsewhere and does not hold here (" + diff +
-                               "); profile this machine with `tao-quant profile`");
-    c.path_ = path;
-    c.loc_ = loc;
-    return c;
-  } catch (const nlohmann::json::exception& e) {
-    throw SpecError(loc, who + " is damaged: " + e.what());
-  }
+  const CacheReader r(who, loc);
+  if (!j.contains("schema")) r.bad("schema", "is missing");
+  const int schema = r.integer(j["schema"], "schema", 1);
+  if (schema != here.schema)  // another layout: nothing else in it is read
+    throw SpecError(loc,
+                    who + " was written for another tao-quant (schema: " + std::to_string(schema) +
+                        " in the cache, " + std::to_string(here.schema) +
+                        " here); profile this machine with `tao-quant profile`");
+  r.fields(j, "", {"format", "schema", "machine", "engine", "entries"});
+  TimingCache c(machine_of(r, j["machine"], schema));
+  c.engine_ = r.text(j["engine"], "engine");
+  c.entries_ = entries_of(r, j["entries"]);
+  const std::string diff = c.env_.differences(here);
+  if (!diff.empty())
+    throw SpecError(loc, who + " was measured elsewhere and does not hold here (" + diff +
+                             "); profile this machine with `tao-quant profile`");
+  c.path_ = path;
+  c.loc_ = loc;
+  return c;
 }
 
 void TimingCache::bind_engine(const std::string& engine) {

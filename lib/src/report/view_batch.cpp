@@ -33,6 +33,7 @@ json job_row(const json& j) {
           {"duration", num(get(j, "duration_s"), 1)},
           {"duration_key", sort_key(get(j, "duration_s"))},
           {"message", str(j, "message")},
+          {"exports", get(j, "exports").is_array() ? get(j, "exports") : json::array()},
           {"quantize_html", get(j, "html_quantize_report")},
           {"evaluate_html", get(j, "html_evaluate_report")}};
 }

@@ -220,21 +220,23 @@ class Resolver {
                const std::string& path) {
     if (name != "env" && name != "oc.env")
       fail(at, path,
-           "unknown resolver '" + name + "' in '${" + name + ":" + args_text +
-               "}' (supported: env, oc.env)" + did_you_mean(name, {"env", "oc.env"}));
+           "unknown resolver " + quote_value(name) + " in " +
+               quote_value("${" + name + ":" + args_text + "}") + " (supported: env, oc.env)" +
+               did_you_mean(name, {"env", "oc.env"}));
     std::vector<std::string> args = split_args(args_text);
     if (args.empty() || args.size() > 2 || trim(args[0]).empty())
       fail(at, path,
-           "'${" + name + ":" + args_text + "}': expected ${" + name + ":VAR} or ${" + name +
-               ":VAR,default}");
+           quote_value("${" + name + ":" + args_text + "}") + ": expected ${" + name +
+               ":VAR} or ${" + name + ":VAR,default}");
     bool missing = false;
     std::string var = trim(join(split(trim(args[0]), at, path), at, path, &missing));
     if (const char* value = std::getenv(var.c_str()))
       return *value ? make_plain(value, at.loc) : make_string("", at.loc);
     if (args.size() == 1)
       fail(at, path,
-           "environment variable '" + var + "' is not set (set it, or give a default: ${" + name +
-               ":" + var + ",DEFAULT})");
+           "environment variable " + quote_value(var) +
+               " is not set (set it, or give a default: ${" + name + ":" +
+               (var.size() <= 80 ? var : "VAR") + ",DEFAULT})");
     std::string def = trim(args[1]);
     if (def.size() >= 2 && (def[0] == '\'' || def[0] == '"') && def.back() == def[0]) {
       NodePtr s = eval_text(def.substr(1, def.size() - 2), at, path);
@@ -284,7 +286,7 @@ class Resolver {
       parts.resize(parts.size() - up);
     }
     for (auto& p : split_path(ref.substr(up))) {
-      if (p.empty()) fail(at, path, what + ": empty key in '" + ref + "'");
+      if (p.empty()) fail(at, path, what + ": empty key in " + quote_value(ref));
       parts.push_back(p);
     }
 
@@ -309,8 +311,8 @@ class Resolver {
         auto idx = parse_int(part);
         if (!idx || *idx < 0 || static_cast<size_t>(*idx) >= cur->items.size())
           fail(at, path,
-               what + ": '" + part + "' is not an index of '" + cur_path + "' (a list of " +
-                   std::to_string(cur->items.size()) + ")");
+               what + ": " + quote_value(part) + " is not an index of '" + cur_path +
+                   "' (a list of " + std::to_string(cur->items.size()) + ")");
         cur_ptr = cur->items[static_cast<size_t>(*idx)];
       } else {
         fail(at, path,

@@ -23,7 +23,7 @@ NodePtr parse_value(const std::string& key, const std::string& raw, const Source
 }  // namespace
 
 void apply_override(Node& root, const std::string& arg) {
-  const SourceLoc loc{"command-line override '" + arg + "'", 0, 0};
+  const SourceLoc loc{"command-line override " + quote_value(arg), 0, 0};
   const size_t eq = arg.find('=');
   if (eq == std::string::npos)
     throw SpecError(loc, "expected KEY=VALUE, for example quantize.mode=static_ptq");
@@ -36,7 +36,8 @@ void apply_override(Node& root, const std::string& arg) {
     throw SpecError(loc, "empty key before '=' (expected KEY=VALUE, e.g. results_dir=runs/x)");
   const std::vector<std::string> parts = split_path(key);
   for (const auto& p : parts)
-    if (p.empty()) throw SpecError(loc, "'" + key + "' has an empty part (expected a.b.c=VALUE)");
+    if (p.empty())
+      throw SpecError(loc, quote_value(key) + " has an empty part (expected a.b.c=VALUE)");
   NodePtr value = parse_value(key, arg.substr(eq + 1), loc);
 
   Node* cur = &root;
@@ -56,14 +57,15 @@ void apply_override(Node& root, const std::string& arg) {
       auto idx = parse_int(part);
       const size_t size = cur->items.size();
       if (!idx || *idx < 0 || static_cast<size_t>(*idx) > size)
-        throw SpecError(loc, key + ": '" + path + "' is a list of " + std::to_string(size) +
-                                 " and '" + part + "' is not an index (0.." + std::to_string(size) +
-                                 ", " + std::to_string(size) + " appends)");
+        throw SpecError(loc, quote_value(key) + ": '" + path + "' is a list of " +
+                                 std::to_string(size) + " and " + quote_value(part) +
+                                 " is not an index (0.." + std::to_string(size) + ", " +
+                                 std::to_string(size) + " appends)");
       if (static_cast<size_t>(*idx) == size) cur->items.push_back(nullptr);
       slot = &cur->items[static_cast<size_t>(*idx)];
     } else {
-      throw SpecError(loc, key + ": cannot set '" + part + "' inside '" + path + "', which is " +
-                               describe(*cur) + ", not a map");
+      throw SpecError(loc, quote_value(key) + ": cannot set " + quote_value(part) + " inside '" +
+                               path + "', which is " + describe(*cur) + ", not a map");
     }
     if (last) {
       *slot = value;

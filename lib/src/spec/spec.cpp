@@ -97,8 +97,47 @@ void require_model_path(const Spec& spec) {
               "the model to quantize (a TorchScript .pt file)");
 }
 
+nlohmann::json artifact_spec(const Spec& spec) {
+  nlohmann::json j = spec.resolved;
+  if (!j.is_object()) return j;
+  j.erase("results_dir");
+  j.erase("evaluate");
+  if (j.contains("quantize") && j["quantize"].is_object()) {
+    j["quantize"].erase("results_dir");
+    j["quantize"].erase("export");
+  }
+  return j;
+}
+
+namespace {
+
+// Why `dir` cannot be made a results folder: it, or a folder above it, is a
+// file ("" when it is a folder or can be made one).
+std::string results_dir_problem(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::path p = fs::path(dir).lexically_normal(); !p.empty(); p = p.parent_path()) {
+    const auto st = fs::status(p, ec);
+    if (fs::exists(st) && !fs::is_directory(st))
+      return "'" + dir + "' cannot be a folder: " +
+             (p == fs::path(dir).lexically_normal() ? std::string("it is a file")
+                                                    : "'" + p.string() + "' is a file");
+    if (fs::exists(st) || p == p.parent_path()) break;
+  }
+  return "";
+}
+
+}  // namespace
+
 void require_results_dir(const Spec& spec) {
-  if (!spec.effective_results_dir().empty()) return;
+  if (const std::string dir = spec.effective_results_dir(); !dir.empty()) {
+    const std::string problem = results_dir_problem(dir);
+    const std::string key =
+        spec.locs.count("quantize.results_dir") ? "quantize.results_dir" : "results_dir";
+    if (!problem.empty())
+      throw SpecError(spec.loc(key), key + ": " + problem + " (results go into this folder)");
+    return;
+  }
   // Name the key to fill in: a `???` one (top-level first), else the one present.
   const bool top_missing = spec.missing.count("results_dir") > 0;
   const bool q_missing = spec.missing.count("quantize.results_dir") > 0;

@@ -1,11 +1,13 @@
-// The last check before a result is published (issue 30): no artifact with
-// a non-finite weight, bias, scale, or output on the held-out batch.
+// The last check before a result is published: no artifact with a
+// non-finite weight, bias, scale, or output on the held-out batch (issue
+// 30), and none that fails when the batch size changes (issue 31).
 #include <filesystem>
 
 #include <ATen/ATen.h>
 #include <torch/script.h>
 
 #include "taoquant/model.h"
+#include "taoquant/strings.h"
 
 namespace tq {
 
@@ -51,6 +53,8 @@ Found first_non_finite(const c10::IValue& v, const std::string& name) {
   return {};
 }
 
+std::string batch_change_problem(const std::string& path, const std::vector<c10::IValue>& full);
+
 std::string artifact_problem(const std::string& path, const std::vector<at::Tensor>& holdout) {
   torch::jit::Module m = torch::jit::load(path, torch::kCPU);
   for (const auto& a : m.named_attributes(/*recurse=*/true)) {
@@ -60,15 +64,60 @@ std::string artifact_problem(const std::string& path, const std::vector<at::Tens
     const auto& n = a.name;
     if (n.size() >= 4 && n.compare(n.size() - 4, 4, "_lut") == 0) continue;
     const Found f = first_non_finite(a.value, a.name);
-    if (!f.kind.empty()) return "tensor '" + f.name + "' holds " + f.kind;
+    if (!f.kind.empty()) return "has a non-finite value: tensor '" + f.name + "' holds " + f.kind;
   }
   if (holdout.empty()) return "";
   m.eval();
   torch::NoGradGuard no_grad;
-  const Found f = first_non_finite(
-      m.forward(std::vector<c10::IValue>(holdout.begin(), holdout.end())), "output");
-  if (f.kind.empty()) return "";
-  return "its " + f.name + " on the held-out calibration batch holds " + f.kind;
+  const std::vector<c10::IValue> full(holdout.begin(), holdout.end());
+  const Found f = first_non_finite(m.forward(full), "output");
+  if (!f.kind.empty())
+    return "has a non-finite value: its " + f.name + " on the held-out calibration batch holds " +
+           f.kind;
+  return batch_change_problem(path, full);
+}
+
+// The useful line of a LibTorch error: TorchScript puts the operator's
+// message ("RuntimeError: could not create a primitive ...") after its
+// traceback.
+std::string error_line(const std::string& what) {
+  const auto at = what.rfind("RuntimeError: ");
+  if (at == std::string::npos) return first_line(what);
+  return first_line(what.substr(at + 14));
+}
+
+// A deployment changes the batch size in one process: a fresh load of the
+// artifact runs batch 1, the held-out batch, then batch 1 again (onednn's
+// packed int8 weights were seen to fail a reorder after such a change,
+// issue 31). "" when it runs, or when the model does not take batch 1 at
+// all (a fixed batch size: nothing changes in deployment).
+std::string batch_change_problem(const std::string& path, const std::vector<c10::IValue>& full) {
+  const at::Tensor& x0 = full.front().toTensor();
+  if (x0.dim() == 0 || x0.size(0) < 2) return "";
+  std::vector<c10::IValue> one;
+  for (const auto& v : full) {
+    const at::Tensor& t = v.toTensor();
+    if (t.dim() == 0 || t.size(0) != x0.size(0)) return "";  // not all batched alike
+    one.emplace_back(t.narrow(0, 0, 1));
+  }
+  torch::jit::Module m = torch::jit::load(path, torch::kCPU);
+  m.eval();
+  try {
+    m.forward(one);
+  } catch (const std::exception&) {
+    return "";
+  }
+  int64_t at_batch = x0.size(0);
+  try {
+    m.forward(full);
+    at_batch = 1;
+    m.forward(one);
+  } catch (const std::exception& e) {
+    return "fails when the batch size changes (batch 1, " + std::to_string(x0.size(0)) +
+           ", then 1 in one process, as a deployment runs it; it failed at batch " +
+           std::to_string(at_batch) + "): " + error_line(e.what());
+  }
+  return "";
 }
 
 }  // namespace
@@ -79,10 +128,12 @@ void check_artifact_finite(const std::string& path, const std::vector<at::Tensor
   if (problem.empty()) return;
   std::error_code ec;
   std::filesystem::remove(path, ec);
-  throw RuntimeError("the artifact written by backend '" + backend +
-                     "' has a non-finite value: " + problem +
-                     "; it was not published (the earlier result, if any, is kept; a float "
-                     "model or data that is already non-finite there gives this too)");
+  throw RuntimeError("the artifact written by backend '" + backend + "' " + problem +
+                     "; it was not published (the earlier result, if any, is kept" +
+                     (problem.rfind("has a non-finite", 0) == 0
+                          ? "; a float model or data that is already non-finite there gives this "
+                            "too)"
+                          : ")"));
 }
 
 }  // namespace tq

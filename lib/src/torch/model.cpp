@@ -48,14 +48,12 @@ constexpr KindName kKinds[] = {
 
 torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bool verbose) {
   std::string origin = from.file.empty() ? "" : " (from " + from.str() + ")";
-  std::error_code ec;
   if (path.empty()) throw RuntimeError("no model path given" + origin);
-  const std::string problem = path_problem(path);
+  // Only a regular file: a FIFO would block the read below until a writer comes.
+  const std::string problem = file_problem(path);
   if (!problem.empty())
-    throw RuntimeError("model file " + quote_value(path) + " " + problem + origin);
-  if (fs::is_directory(path, ec))
-    throw RuntimeError("model path '" + path + "' is a directory, expected a TorchScript file" +
-                       origin);
+    throw RuntimeError("model file " + quote_value(path) + " " + problem + origin +
+                       "; expected a TorchScript file");
   {
     std::ifstream f(path, std::ios::binary);
     if (!f)
@@ -194,9 +192,11 @@ void save_module_atomic(const torch::jit::Module& model, const std::string& path
   // after the (temporary) file, which would make artifacts differ between runs.
   torch::jit::ExtraFilesMap extra;
   for (const auto& [k, v] : extra_files) extra[k] = v;
+  torch::jit::Module m = model;   // a handle: its graphs are the model's
+  jit::exact_float_constants(m);  // else the saved code may not compile
   std::ostringstream os;
   try {
-    model.save(os, extra);
+    m.save(os, extra);
   } catch (const c10::Error& e) {
     throw RuntimeError("cannot save model to '" + path +
                        "': " + first_line(e.what_without_backtrace()));

@@ -45,8 +45,8 @@ void check_device(const Spec& spec) {
   if (!torch::cuda::is_available())
     throw SpecError(
         spec.loc("quantize.device"),
-        "quantize.device: '" + dev +
-            "' requested, but this LibTorch build has no CUDA support (or no GPU is visible); "
+        "quantize.device: " + quote_value(dev) +
+            " requested, but this LibTorch build has no CUDA support (or no GPU is visible); "
             "use device: cpu, or build tao-quant against a CUDA-enabled LibTorch");
 }
 
@@ -106,10 +106,6 @@ Plan plan_for(const Spec& spec, const CheckedBackend& b, const torch::jit::Modul
 }
 
 }  // namespace
-
-std::string artifact_name(const std::string& requested_backend) {
-  return "quantized_model_" + requested_backend + ".pth";
-}
 
 nlohmann::json tool_info() {
   return {{"name", "tao-quant"}, {"version", TQ_VERSION}, {"libtorch", TORCH_VERSION}};
@@ -209,6 +205,9 @@ std::vector<at::Tensor> run_backend(const Spec& spec, QuantizerBase& quantizer,
     loader = make_data_loader(spec, *spec.dataset.quant_calibration_dataset,
                               "dataset.quant_calibration_dataset", /*want_labels=*/false);
     data = std::make_unique<CalibrationData>(*loader, opts.on_progress);
+    // Before any stage runs on it: a failed forward names the model's error
+    // (and the data's shape), not a stage's traceback.
+    check_input_fits(ctx.model, data->first(), "calibration data");
     if (ctx.record().input_shapes.empty()) record_inputs_from(ctx.record(), data->first().inputs);
   };
   ctx.on_progress = opts.on_progress;
@@ -280,10 +279,10 @@ nlohmann::json embedded_backend_meta(const nlohmann::json& meta) {
   return j;
 }
 
-// The files embedded next to the model: the resolved spec, the layers, and
-// the tool/backend facts.
+// The files embedded next to the model: the resolved spec (without where
+// results go: artifact_spec), the layers, and the tool/backend facts.
 void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContext& ctx) {
-  ctx.extra_files["tao_quant_spec.json"] = spec.resolved.dump(2);
+  ctx.extra_files["tao_quant_spec.json"] = artifact_spec(spec).dump(2);
   ctx.extra_files["tao_quant_layers.json"] =
       without_timings(layers_to_json(out.plan, out.layers)).dump(2);
   nlohmann::json meta{
@@ -348,6 +347,17 @@ nlohmann::json close_timing_cache(const TimingCache& cache, const fs::path& resu
              ": the never-slower decisions may be off; measure on an idle machine "
              "(tao-quant profile) and pass quantize.timing_cache");
   return j;
+}
+
+// The plan's warnings, and whether this run replaces another backend's
+// result in results_dir (profile writes none).
+void warn_at_start(const Spec& spec, const QuantizeOutcome& out, const QuantizeOptions& opts,
+                   QuantizeContext& ctx) {
+  for (const auto& w : out.plan.warnings) ctx.warn(w);
+  const std::string replaced =
+      opts.profile ? ""
+                   : replaced_result_warning(spec.effective_results_dir(), out.requested_backend);
+  if (!replaced.empty()) ctx.warn(replaced);
 }
 
 // Everything that can be checked without the model, checked first.
@@ -417,6 +427,37 @@ nlohmann::json report_sensitivity(const Spec& spec, const QuantizeOutcome& out,
   }
 }
 
+// The exports (staged, not yet published) and the report of a saved
+// artifact; the sensitivity table, when there is one, is part of the run's
+// time.
+void write_exports_and_report(const Spec& spec, const CheckedBackend& checked,
+                              QuantizeContext& ctx, const QuantizeOptions& opts,
+                              QuantizeOutcome& out, StagedExports& staged,
+                              nlohmann::json timings) {
+  const auto t_export = Clock::now();
+  fill_record_inputs(spec, ctx.record(), !checked.exporters.empty());
+  const ExportJob job{ctx.record(), spec.quantize.export_spec, out.requested_backend,
+                      spec.quantize.algorithm, {}};
+  staged.write(checked.exporters, job, spec.effective_results_dir(),
+               /*write_record=*/true);
+  const double export_s = since(t_export);
+  QuantizeReportInput in{spec, out, ctx.backend_meta, checked.backend.info->origin,
+                         std::move(timings)};
+  out.report = make_quantize_report(in);
+  out.report["timing_cache"] = out.timing_cache;
+  out.report["quantization"] = ctx.record().to_json();
+  out.report["timings"]["export_s"] = export_s;
+  staged.add_to_report(out.report, spec.quantize.export_spec);
+  const auto t_sens = Clock::now();
+  nlohmann::json sensitivity = report_sensitivity(spec, out, opts);
+  if (!sensitivity.is_null()) {
+    out.report["sensitivity"] = std::move(sensitivity);
+    const double sens_s = since(t_sens);
+    out.report["timings"]["sensitivity_s"] = sens_s;
+    out.report["timings"]["total_s"] = out.total_seconds + export_s + sens_s;
+  }
+}
+
 }  // namespace
 
 QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
@@ -444,7 +485,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   ctx.on_layer = [&](const LayerResult& r, size_t i) {
     if (opts.on_layer) opts.on_layer(r, i, out.plan.layers.size());
   };
-  for (const auto& w : out.plan.warnings) ctx.warn(w);
+  warn_at_start(spec, out, opts, ctx);
   StageTimes times;
   const auto holdout = run_backend(spec, *quantizer, ctx, opts, times);
 
@@ -468,36 +509,15 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
 
   StagedExports staged;  // removed unless published
   try {  // exports and the report; on failure the unpublished artifact goes too
-    fill_record_inputs(spec, ctx.record(), !checked.exporters.empty());
-    const ExportJob job{ctx.record(), spec.quantize.export_spec, out.requested_backend,
-                        spec.quantize.algorithm, {}};
-    t0 = Clock::now();
-    staged.write(checked.exporters, job, results_dir.string(), /*write_record=*/true);
-    const double export_s = since(t0);
-    QuantizeReportInput in{spec,
-                           out,
-                           ctx.backend_meta,
-                           checked.backend.info->origin,
-                           {{"load_s", load_s},
-                            {"plan_s", plan_s},
-                            {"algorithms_s", times.algorithms_s},
-                            {"calibrate_s", times.calibrate_s},
-                            {"quantize_s", times.quantize_s},
-                            {"save_s", times.save_s},
-                            {"total_s", out.total_seconds}}};
-    out.report = make_quantize_report(in);
-    out.report["timing_cache"] = out.timing_cache;
-    out.report["quantization"] = ctx.record().to_json();
-    out.report["timings"]["export_s"] = export_s;
-    staged.add_to_report(out.report, spec.quantize.export_spec);
-    t0 = Clock::now();
-    nlohmann::json sensitivity = report_sensitivity(spec, out, opts);
-    if (!sensitivity.is_null()) {
-      out.report["sensitivity"] = std::move(sensitivity);
-      out.report["timings"]["sensitivity_s"] = since(t0);
-      out.total_seconds = since(t_start);  // the table is part of the run
-      out.report["timings"]["total_s"] = out.total_seconds;
-    }
+    write_exports_and_report(spec, checked, ctx, opts, out, staged,
+                             {{"load_s", load_s},
+                              {"plan_s", plan_s},
+                              {"algorithms_s", times.algorithms_s},
+                              {"calibrate_s", times.calibrate_s},
+                              {"quantize_s", times.quantize_s},
+                              {"save_s", times.save_s},
+                              {"total_s", out.total_seconds}});
+    out.total_seconds = out.report["timings"]["total_s"].get<double>();
     throw_if_interrupted();  // the last safe point: nothing is published yet
   } catch (...) {
     std::error_code ec;

@@ -74,8 +74,9 @@ BackendRegistry::Resolved BackendRegistry::resolve(const std::string& name,
   r.requested = name;
   r.info = find(name);
   if (!r.info) {
-    throw SpecError(loc, "quantize.backend: unknown backend '" + name + "' (available: " +
-                             join(all_names()) + ")" + did_you_mean(name, all_names()));
+    throw SpecError(loc, "quantize.backend: unknown backend " + quote_value(name) +
+                             " (available: " + join(all_names()) + ")" +
+                             did_you_mean(name, all_names()));
   }
   r.modes = r.info->caps.modes;
   for (const auto& a : r.info->aliases) {

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/batch/internal.h"
+#include "core/messages.h"
 #include "taoquant/result_files.h"
 #include "taoquant/spec.h"
 
@@ -47,13 +48,11 @@ std::string hash_listing(const std::string& dir) {
 }
 
 std::optional<json> read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  try {
-    return json::parse(in);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  std::string text;
+  if (!read_file_capped(path, kMaxReportBytes, "report", text).empty()) return std::nullopt;
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
 }
 
 // The first of `paths` ("a.b.c") that holds a number.
@@ -159,14 +158,12 @@ JobPlan plan_job(const BatchJob& job, const std::string& out_dir, HashCache& cac
 }
 
 // What is wrong with the quantize result (artifact + report) in a job's
-// folder, or "" (result_files.h); a job without one has nothing to check.
-static std::string result_pair_in(const std::string& dir) {
-  const std::string report = (fs::path(dir) / "quantize_report.json").string();
-  auto q = read_json(report);
-  if (!q || !q->contains("artifact") || !(*q)["artifact"].is_object()) return "";
-  const std::string art = (*q)["artifact"].value("path", "");
-  if (art.empty()) return "";
-  return result_pair_problem((fs::path(dir) / fs::path(art).filename()).string(), report);
+// folder, or "": the check `evaluate --is-quantized` makes (result_files.h),
+// on the artifact the job's backend writes there. A passed job has one.
+static std::string result_pair_in(const JobPlan& plan) {
+  const fs::path dir(plan.dir);
+  return result_pair_problem((dir / artifact_name(plan.backend)).string(),
+                             (dir / "quantize_report.json").string());
 }
 
 std::optional<JobResult> recorded_result(const JobPlan& plan, std::string& why) {
@@ -196,7 +193,7 @@ std::optional<JobResult> recorded_result(const JobPlan& plan, std::string& why) 
         }
       return std::nullopt;
     }
-    why = result_pair_in(plan.dir);
+    why = result_pair_in(plan);
     if (!why.empty()) return std::nullopt;
     r.index = plan.job->index;
     r.dir = plan.dir;
@@ -223,12 +220,31 @@ void clear_job_dir(const JobPlan& plan) {
     fs::remove(fs::path(plan.dir) / f, ec);
 }
 
+namespace {
+
+// The file names of the exports a quantize report lists (exports.files).
+std::vector<std::string> exported_files(const json& report) {
+  std::vector<std::string> out;
+  const json* files = report.is_object() && report.contains("exports") &&
+                              report["exports"].is_object() && report["exports"].contains("files")
+                          ? &report["exports"]["files"]
+                          : nullptr;
+  if (!files || !files->is_array()) return out;
+  for (const auto& f : *files)
+    if (f.is_object() && f.contains("path") && f["path"].is_string())
+      out.push_back(fs::path(f["path"].get<std::string>()).filename().string());
+  return out;
+}
+
+}  // namespace
+
 void read_job_metrics(const std::string& dir, JobResult& r) {
   if (auto q = read_json((fs::path(dir) / "quantize_report.json").string())) {
     r.size_ratio = number_at(*q, {"totals.file_ratio"});
     if ((*q).contains("backend") && (*q)["backend"].is_object())
       r.backend = (*q)["backend"].value("requested", r.backend);
     if ((*q).contains("mode") && (*q)["mode"].is_string()) r.mode = (*q)["mode"].get<std::string>();
+    r.exports = exported_files(*q);
   }
   auto e = read_json((fs::path(dir) / "evaluate_report.json").string());
   if (!e) return;

@@ -89,7 +89,7 @@ std::vector<std::string> to_overrides(const Node& n, const std::string& path) {
     const size_t eq = item.text.find('=');
     if (eq == std::string::npos || spec_detail::trim(item.text.substr(0, eq)).empty())
       fail(item.loc, p,
-           "expected KEY=VALUE (e.g. quantize.mode=static_ptq), found '" + item.text + "'");
+           "expected KEY=VALUE (e.g. quantize.mode=static_ptq), found " + quote_value(item.text));
     out.push_back(item.text);
   }
   return out;
@@ -121,8 +121,8 @@ void check_id(const std::string& id, const SourceLoc& loc, const std::string& pa
   for (char c : id) ok = ok && id_char(c);
   if (!ok)
     fail(loc, path,
-         "'" + id +
-             "' is not a valid job id: use letters, digits and . _ - + (it names the job's "
+         quote_value(id) +
+             " is not a valid job id: use letters, digits and . _ - + (it names the job's "
              "directory)");
 }
 
@@ -167,7 +167,7 @@ std::string expand_id(const std::string& pattern, const std::string& spec, const
       out += sanitize(stem_of(spec));
     else
       fail(loc, path,
-           "unknown placeholder in '" + pattern + "'" + did_you_mean(name, {"stem", "spec"}) +
+           "unknown placeholder in " + quote_value(pattern) + did_you_mean(name, {"stem", "spec"}) +
                "; a template's id may use {stem} (the model file's name without extension) and "
                "{spec}");
     i = close;
@@ -268,7 +268,7 @@ std::vector<std::string> expand_models(const Node& n, const std::string& path,
         }
       ::globfree(&g);
       if (rc != 0 && rc != GLOB_NOMATCH)
-        fail(at.loc, path, "cannot expand '" + one + "': " + std::strerror(errno));
+        fail(at.loc, path, "cannot expand " + quote_value(one) + ": " + std::strerror(errno));
       if (found.empty())
         fail(at.loc, path,
              quote_value(one) +
@@ -443,7 +443,8 @@ Manifest load_manifest(const std::string& path) {
 }
 
 Shard parse_shard(const std::string& text) {
-  const std::string usage = "--shard '" + text + "': expected i/N with 1 <= i <= N (e.g. 2/4)";
+  const std::string usage =
+      "--shard " + quote_value(text) + ": expected i/N with 1 <= i <= N (e.g. 2/4)";
   const size_t slash = text.find('/');
   if (slash == std::string::npos) throw UsageError(usage);
   auto num = [&](const std::string& s) {
@@ -453,7 +454,7 @@ Shard parse_shard(const std::string& text) {
   };
   Shard s{num(text.substr(0, slash)), num(text.substr(slash + 1))};
   if (s.index > s.count)
-    throw UsageError("--shard '" + text + "': shard " + std::to_string(s.index) +
+    throw UsageError("--shard " + quote_value(text) + ": shard " + std::to_string(s.index) +
                      " does not exist with " + std::to_string(s.count) +
                      " shards (shards are numbered 1.." + std::to_string(s.count) + ")");
   return s;

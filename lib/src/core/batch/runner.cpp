@@ -23,6 +23,7 @@
 
 #include "core/batch/internal.h"
 #include "taoquant/interrupt.h"
+#include "taoquant/result_files.h"
 
 extern char** environ;
 
@@ -227,7 +228,7 @@ void Runner::start(size_t pos) {
       if (o_.on_job_done) o_.on_job_done(*rec, progress_);
       return;
     }
-    if (why.rfind("incomplete result", 0) == 0)  // refused, not merely stale: say so
+    if (refused_result(why))  // refused, not merely stale: say so
       spdlog::warn("batch: {} runs again: {}", job.id, why);
     else
       spdlog::debug("batch: {} runs again: {}", job.id, why);

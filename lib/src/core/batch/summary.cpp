@@ -9,7 +9,12 @@
 #include <type_traits>
 #include <variant>
 
+#include <kainjow/mustache.hpp>
+
+#include "core/messages.h"
+#include "taoquant/strings.h"
 #include "taoquant/batch.h"
+#include "taoquant/result_files.h"
 
 namespace tq {
 
@@ -62,14 +67,14 @@ const json& field(const json& j, const char* key, const std::string& source,
 std::string str_field(const json& j, const char* key, const std::string& source,
                       const std::string& ctx) {
   const json& v = field(j, key, source, ctx);
-  if (!v.is_string()) bad(source, ctx + key, "expected a string, found " + v.dump());
+  if (!v.is_string()) bad(source, ctx + key, "expected a string, found " + quote_value(v.dump()));
   return v.get<std::string>();
 }
 
 int64_t int_field(const json& j, const char* key, const std::string& source,
                   const std::string& ctx) {
   const json& v = field(j, key, source, ctx);
-  if (!v.is_number_integer()) bad(source, ctx + key, "expected an integer, found " + v.dump());
+  if (!v.is_number_integer()) bad(source, ctx + key, "expected an integer, found " + quote_value(v.dump()));
   return v.get<int64_t>();
 }
 
@@ -77,7 +82,7 @@ std::optional<double> opt_field(const json& j, const char* key, const std::strin
                                 const std::string& ctx) {
   if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
   if (!j.at(key).is_number())
-    bad(source, ctx + key, "expected a number or null, found " + j.at(key).dump());
+    bad(source, ctx + key, "expected a number or null, found " + quote_value(j.at(key).dump()));
   return j.at(key).get<double>();
 }
 
@@ -89,12 +94,17 @@ std::string cell(const std::optional<double>& v, int prec, const char* suffix = 
   return v ? fixed(*v, prec) + suffix : "-";
 }
 
-// A markdown table cell: no newlines, pipes escaped.
+// Text a user controls (an id, a path, an error message) in the markdown:
+// HTML-escaped as the HTML summary's templates escape it (markdown renderers
+// pass HTML through), pipes escaped (a table cell), no newline, no backtick
+// (it would open a code span).
 std::string md(const std::string& s) {
   std::string out;
-  for (char c : s) {
+  for (char c : kainjow::mustache::html_escape<std::string>(s)) {
     if (c == '|')
       out += "\\|";
+    else if (c == '`')
+      out += "&#96;";
     else if (c == '\n' || c == '\r')
       out += ' ';
     else
@@ -163,7 +173,8 @@ const JobField kJobFields[] = {{"id", &JobResult::id},
                                {"speedup", &JobResult::speedup},
                                {"message", &JobResult::message},
                                {"log_tail", &JobResult::log_tail},
-                               {"resumed", &JobResult::resumed}};
+                               {"resumed", &JobResult::resumed},
+                               {"exports", &JobResult::exports}};
 
 // A field's JSON: the status by name, a missing or non-finite number as null.
 template <class T>
@@ -203,6 +214,7 @@ struct JobFieldReader {
   void read(double& v) const { v = opt_field(j, key, source, ctx).value_or(0.0); }
   void read(std::optional<double>& v) const { v = opt_field(j, key, source, ctx); }
   void read(std::vector<std::string>& v) const {
+    if (!j.is_object() || !j.contains(key)) return;  // an earlier summary: none
     const json& list = field(j, key, source, ctx);
     if (!list.is_array()) bad(source, ctx + key, "expected a list of strings");
     for (const auto& line : list) {
@@ -210,7 +222,11 @@ struct JobFieldReader {
       v.push_back(line.get<std::string>());
     }
   }
-  void read(bool& v) const { v = j.value(key, false); }
+  void read(bool& v) const {
+    if (j.contains(key) && !j.at(key).is_boolean())
+      bad(source, ctx + key, "expected true or false, found " + quote_value(j.at(key).dump()));
+    v = j.contains(key) && j.at(key).get<bool>();
+  }
 };
 
 }  // namespace
@@ -225,7 +241,7 @@ json job_result_to_json(const JobResult& r) {
 JobResult job_result_from_json(const json& j, const std::string& source) {
   JobResult r;
   const std::string ctx = j.is_object() && j.contains("id") && j["id"].is_string()
-                              ? "job '" + j["id"].get<std::string>() + "': "
+                              ? "job " + quote_value(j["id"].get<std::string>()) + ": "
                               : "job: ";
   for (const auto& f : kJobFields)
     std::visit(
@@ -263,7 +279,7 @@ json summary_to_json(const BatchSummary& s) {
 
 BatchSummary summary_from_json(const json& j, const std::string& source) {
   if (!j.is_object()) bad(source, "summary", "expected a JSON object (a batch_summary.json)");
-  if (j.value("command", "") != "batch")
+  if (!j.contains("command") || j["command"] != "batch")
     bad(source, "command", "this is not a batch summary (expected \"command\": \"batch\")");
   const int64_t schema = int_field(j, "schema_version", source, "");
   if (schema != kBatchSummarySchema)
@@ -285,25 +301,38 @@ BatchSummary summary_from_json(const json& j, const std::string& source) {
   s.shard.index = static_cast<int>(int_field(sh, "index", source, "shard."));
   s.shard.count = static_cast<int>(int_field(sh, "count", source, "shard."));
   if (s.shard.count < 1 || s.shard.index < 1 || s.shard.index > s.shard.count)
-    bad(source, "shard", "expected 1 <= index <= count, found " + sh.dump());
-  s.wall_s = j.value("wall_s", 0.0);
+    bad(source, "shard", "expected 1 <= index <= count, found " + quote_value(sh.dump()));
+  s.wall_s = opt_field(j, "wall_s", source, "").value_or(0.0);
   const json& jobs = field(j, "jobs", source, "");
   if (!jobs.is_array()) bad(source, "jobs", "expected a list");
   for (const auto& job : jobs) {
     JobResult r = job_result_from_json(job, source);
     if (r.index >= s.job_ids.size() || s.job_ids[r.index] != r.id)
-      bad(source, "job '" + r.id + "'",
+      bad(source, "job " + quote_value(r.id),
           "index " + std::to_string(r.index) + " does not match manifest.job_ids");
     s.jobs.push_back(std::move(r));
   }
   return s;
 }
 
+BatchSummary summary_from_text(const std::string& text, const std::string& source) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw UsageError(source + ": not a batch summary (not valid JSON)");
+  return summary_from_json(j, source);
+}
+
+BatchSummary read_summary_file(const std::string& path) {
+  std::string text;
+  const std::string problem = read_file_capped(path, kMaxReportBytes, "batch summary", text);
+  if (!problem.empty()) throw UsageError("report merge: " + quote_value(path) + " " + problem);
+  return summary_from_text(text, path);
+}
+
 std::string summary_to_markdown(const BatchSummary& s) {
   std::ostringstream os;
   os << "| job | model | backend | mode | status | size ratio | fp32 top-1 | quant top-1 | "
-        "top-1 drop | speedup | wall time |\n";
-  os << "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|\n";
+        "top-1 drop | speedup | wall time | exports |\n";
+  os << "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|\n";
   for (const auto& j : s.jobs) {
     std::string status = to_string(j.status);
     if (j.status == JobStatus::kFailed) status = "**FAILED** (" + j.failure + ")";
@@ -312,14 +341,15 @@ std::string summary_to_markdown(const BatchSummary& s) {
        << md(j.mode) << " | " << status << " | " << cell(j.size_ratio, 3) << " | "
        << cell(j.fp32_top1, 2) << " | " << cell(j.quant_top1, 2) << " | " << cell(j.top1_drop, 2)
        << " | " << cell(j.speedup, 2, "x") << " | "
-       << (j.status == JobStatus::kSkipped ? "-" : fixed(j.duration_s, 1) + " s") << " |\n";
+       << (j.status == JobStatus::kSkipped ? "-" : fixed(j.duration_s, 1) + " s") << " | "
+       << (j.exports.empty() ? "-" : md(join(j.exports, ", "))) << " |\n";
   }
   const auto t = s.totals();
   os << "\n**" << t.jobs << " jobs**: " << t.passed << " passed, " << t.failed << " failed";
   if (t.gate_failures) os << " (" << t.gate_failures << " quality gate)";
   os << ", " << t.skipped << " skipped";
   if (t.resumed) os << "; " << t.resumed << " reused from an earlier run (--resume)";
-  os << ". Manifest `" << s.manifest_path << "`";
+  os << ". Manifest " << md(s.manifest_path);
   if (s.shard.sharded()) os << ", shard " << s.shard.str();
   os << ".\n";
   bool header = false;
@@ -327,7 +357,7 @@ std::string summary_to_markdown(const BatchSummary& s) {
     if (j.status != JobStatus::kFailed) continue;
     if (!header) os << "\nFailures:\n\n";
     header = true;
-    os << "- `" << j.id << "`: " << md(j.message) << "\n";
+    os << "- " << md(j.id) << ": " << md(j.message) << "\n";
   }
   return os.str();
 }

@@ -39,7 +39,7 @@ Module two_layers(const std::string& body) {
 }  // namespace
 
 TEST_CASE("ForwardPieces: layer inputs at each cut of the residual net, weights set between pieces",
-          "[jit][gptq]") {
+          "[jit][gptq][resnet]") {
   Module m = torch::jit::load(std::string(TQ_MODELS_DIR) + "/fmnist/resnet.pt");
   m.eval();
   std::set<std::string> layers;

@@ -143,6 +143,9 @@ void require_path(const Spec& spec, const std::string& key, const std::string& p
     throw RuntimeError("'" + path + "' is not a folder" + from);
   if (!dir && fs::is_directory(path, ec))
     throw RuntimeError("'" + path + "' is a folder, expected a .npz/.npy/.pt file" + from);
+  // A FIFO or a device is never read: it could block, or never end.
+  if (const std::string kind = dir ? "" : file_problem(path); !kind.empty())
+    throw RuntimeError("data file " + quote_value(path) + " " + kind + from);
 }
 
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {

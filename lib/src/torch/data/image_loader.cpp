@@ -16,6 +16,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "core/messages.h"
 #include "data_impl.h"
 
 namespace tq::data {
@@ -159,6 +160,14 @@ class ImageFolderLoader : public DataLoader {
     }
   }
 
+  // An image's path; a FIFO or a device named like an image is refused (a
+  // decoder would block on it, or read without end).
+  static std::string regular_image(const fs::path& p) {
+    const std::string problem = file_problem(p.string());
+    if (!problem.empty()) throw RuntimeError("image " + quote_value(p.string()) + " " + problem);
+    return p.string();
+  }
+
   void discover() {
     const fs::path root(src_.images_dir);
     std::vector<std::string> dirs;
@@ -171,7 +180,7 @@ class ImageFolderLoader : public DataLoader {
       if (e.is_directory())
         dirs.push_back(e.path().filename().string());
       else if (is_image(e.path()))
-        root_images.push_back(e.path().string());
+        root_images.push_back(regular_image(e.path()));
       else if (others++ == 0)
         other_example = e.path().filename().string();
     }
@@ -210,7 +219,7 @@ class ImageFolderLoader : public DataLoader {
           if (it->is_directory()) it.disable_recursion_pending();
           continue;
         }
-        if (it->is_regular_file() && is_image(it->path())) files.push_back(it->path().string());
+        if (!it->is_directory() && is_image(it->path())) files.push_back(regular_image(it->path()));
       }
       std::sort(files.begin(), files.end());
       if (files.empty()) spdlog::warn("class folder '{}' has no images", dir.string());

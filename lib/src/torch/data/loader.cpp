@@ -71,13 +71,16 @@ bool fits_first_layer(const FirstLayer& f, const Batch& b) {
   return x.dim() == f.dims && x.size(1) == f.inputs;
 }
 
-// The error the model's own code raised: what follows TorchScript's
-// traceback (the "<--- HERE" marker), whole (a few lines at most), else
-// LibTorch's message.
+// The error the forward raised: what follows TorchScript's traceback (the
+// "<--- HERE" marker and the rest of the code line it marks, which is
+// indented), whole (a few lines at most), else LibTorch's message.
 std::string model_error(const std::string& what) {
   const auto here = what.rfind("<--- HERE");
   if (here != std::string::npos) {
-    const auto nl = what.find('\n', here);
+    auto nl = what.find('\n', here);
+    while (nl != std::string::npos && nl + 1 < what.size() &&
+           (what[nl + 1] == ' ' || what[nl + 1] == '\t'))
+      nl = what.find('\n', nl + 1);
     std::string rest = nl == std::string::npos ? "" : what.substr(nl + 1);
     while (!rest.empty() && (rest.back() == '\n' || rest.back() == ' ')) rest.pop_back();
     if (!rest.empty()) return rest.size() > 2000 ? rest.substr(0, 2000) + " ..." : rest;
@@ -110,13 +113,21 @@ std::string first_sample_shapes(const Batch& b) {
 void throw_input_mismatch(const torch::jit::Module& model, const Batch& b, const std::string& what,
                           const std::string& libtorch_error) {
   const FirstLayer f = first_layer(model);
+  const std::string head =
+      "the model's forward failed on the " + what + " (shape " + first_sample_shapes(b);
+  // The model's own error, whole, always: the first-layer guess is wrong
+  // whenever the forward reshapes its input before that layer.
   if (fits_first_layer(f, b))
-    throw RuntimeError("the model's forward failed on the " + what + " (shape " +
-                       first_sample_shapes(b) + ", which its " + f.text +
-                       " takes): " + model_error(libtorch_error));
-  throw RuntimeError(what + " shape " + first_sample_shapes(b) +
-                     " does not fit the model's input (" + f.text +
-                     "): " + libtorch_message(libtorch_error));
+    throw RuntimeError(head + ", which its " + f.text + " takes): " + model_error(libtorch_error));
+  std::string hint;
+  const at::Tensor& x = b.inputs.at(0);
+  if (x.defined() && !x.is_floating_point())
+    hint = std::string("\nhint: the data's dtype (") + at::toString(x.scalar_type()) +
+           ") does not fit the model's input, which takes floating-point values";
+  else if (f.text.rfind("first layer", 0) == 0)
+    hint = "\nhint: the data's shape does not fit the model's input: its " + f.text +
+           " (unless the forward reshapes its input before that layer)";
+  throw RuntimeError(head + "): " + model_error(libtorch_error) + hint);
 }
 
 void check_input_fits(const torch::jit::Module& model, const Batch& b, const std::string& what) {

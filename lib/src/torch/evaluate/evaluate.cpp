@@ -2,7 +2,6 @@
 // fidelity, latency, gates, report.
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
@@ -38,19 +37,8 @@ struct ModelPlan {
 // elsewhere is checked when a report beside it names it.
 void check_result_pair(const std::string& artifact, bool named) {
   const fs::path report = fs::path(artifact).parent_path() / "quantize_report.json";
-  if (named) {
-    std::error_code ec;
-    if (!fs::exists(report, ec)) return;
-    try {
-      std::ifstream in(report);
-      const auto j = nlohmann::json::parse(in);
-      if (j.value("artifact", nlohmann::json::object()).value("file", "") !=
-          fs::path(artifact).filename().string())
-        return;
-    } catch (const std::exception&) {
-      return;  // not a report of this artifact
-    }
-  }
+  if (named && reported_artifact_file(report.string()) != fs::path(artifact).filename().string())
+    return;  // not a report of this artifact
   const std::string problem = result_pair_problem(artifact, report.string());
   if (!problem.empty()) throw RuntimeError(problem);
 }

@@ -71,11 +71,7 @@ size_t dequantize_tuple_elements(Graph& g) {
 }
 
 size_t dequantize_tuple_elements(Module& m) {
-  size_t fixed = 0;
-  for (auto& inst : module_instances(m))
-    for (const auto& method : inst.module.get_methods())
-      fixed += dequantize_tuple_elements(*method.graph());
-  return fixed;
+  return on_every_method(m, [](Graph& g) { return dequantize_tuple_elements(g); });
 }
 
 size_t complete_shared_observers(Module& root,

@@ -112,6 +112,13 @@ std::vector<ModuleInstance> module_instances(const Module& root) {
   return out;
 }
 
+size_t on_every_method(Module& root, const std::function<size_t(Graph&)>& pass) {
+  size_t sum = 0;
+  for (auto& inst : module_instances(root))
+    for (const auto& method : inst.module.get_methods()) sum += pass(*method.graph());
+  return sum;
+}
+
 std::optional<std::string> attr_path(Value* v) {
   std::string path;
   while (v->node()->kind() == prim::GetAttr) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <spdlog/spdlog.h>
+
 #include "taoquant/backend.h"
 #include "taoquant/error.h"
 #include "taoquant/strings.h"
@@ -254,6 +256,16 @@ std::optional<Move> next_move(const std::vector<SimLayer>& layers, const Assignm
     }
   }
   return best;
+}
+
+std::string overrun_note(double budget_s, double elapsed_s) {
+  if (elapsed_s <= budget_s) return "";
+  const std::string note = "the time budget of " + format_fixed(budget_s, 3) +
+                           " s was exceeded: tune took " + format_fixed(elapsed_s, 1) +
+                           " s (setup, the sensitivity table and one real quantize run are the "
+                           "least it does)";
+  spdlog::warn("tune: {}", note);
+  return note;
 }
 
 }  // namespace tq::tune

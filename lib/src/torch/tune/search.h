@@ -55,6 +55,12 @@ nlohmann::json formats_json(const Assignment& a, const std::vector<SimLayer>& la
 // The settings as the report shows them.
 nlohmann::json settings_json(const TuneSettings& t);
 
+// When tune took longer than its budget (`elapsed_s` > `budget_s`): the
+// report's budget_cut, warned. Setup, the sensitivity table and one real
+// run cannot be cut, so a budget smaller than those still ends in a result,
+// and says so. "" within the budget.
+std::string overrun_note(double budget_s, double elapsed_s);
+
 // Whether candidate a is better than b (both measured).
 bool better(const Measured& a, const std::string& a_failed, double a_short, const Measured& b,
             const std::string& b_failed, double b_short);

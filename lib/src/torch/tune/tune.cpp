@@ -373,6 +373,7 @@ TuneOutcome Tuner::run() {
 // the step folder), else rebuilt from tuned_spec.yaml as a user would run
 // it and checked once more. The report gets the search.
 TuneOutcome Tuner::finish() {
+  if (budget_note_.empty()) budget_note_ = tune::overrun_note(t_.time_budget_s, elapsed());
   TuneOutcome o;
   const fs::path dir(dir_);
   o.tuned_spec_path = (dir / "tuned_spec.yaml").string();
