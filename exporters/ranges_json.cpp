@@ -19,9 +19,12 @@ nlohmann::json weight_entry(const QuantTensor& t) {
     const int32_t z = i < t.zero_point.size() ? t.zero_point[i] : 0;
     amax.push_back(double(t.scale[i]) * std::max(std::abs(lo - z), std::abs(hi - z)));
   }
-  return {{"layer", t.layer},          {"dtype", to_string(t.dtype)},
-          {"granularity", to_string(t.granularity)}, {"axis", t.axis},
-          {"scale", t.scale},          {"zero_point", t.zero_point},
+  return {{"layer", t.layer},
+          {"dtype", to_string(t.dtype)},
+          {"granularity", to_string(t.granularity)},
+          {"axis", t.axis},
+          {"scale", t.scale},
+          {"zero_point", t.zero_point},
           {"amax", amax}};
 }
 
@@ -39,12 +42,17 @@ nlohmann::json write(const ExportJob& job, const std::string& path) {
     if (tensor.empty())
       throw RuntimeError("ranges_json: activation '" + t.name +
                          "' has no tensor in model_float.onnx");
-    acts[tensor] = {{"name", t.name},         {"layer", t.layer},
-                    {"min", t.min},           {"max", t.max},
-                    {"clip_min", t.clip_min}, {"clip_max", t.clip_max},
-                    {"amax", t.amax()},       {"scale", t.scale.at(0)},
+    acts[tensor] = {{"name", t.name},
+                    {"layer", t.layer},
+                    {"min", t.min},
+                    {"max", t.max},
+                    {"clip_min", t.clip_min},
+                    {"clip_max", t.clip_max},
+                    {"amax", t.amax()},
+                    {"scale", t.scale.at(0)},
                     {"zero_point", t.zero_point.empty() ? 0 : t.zero_point[0]},
-                    {"dtype", to_string(t.dtype)}, {"observer", t.observer}};
+                    {"dtype", to_string(t.dtype)},
+                    {"observer", t.observer}};
     blob[tensor] = t.amax();
   }
   const nlohmann::json j{{"model", "model_float.onnx"},

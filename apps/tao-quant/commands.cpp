@@ -417,11 +417,11 @@ const std::vector<Command>& commands() {
       {"export",
        "Export the result in results_dir for other runtimes (quantize.export.formats or "
        "--formats: onnx, onnx_qdq, ...) without quantizing again",
-       with_options({{Arg::kOption, "--formats", &Options::formats,
-                      "Formats to export (default: quantize.export.formats)", nullptr,
-                      std::nullopt, false, ','},
-                     {Arg::kFlag, "--json", &Options::json,
-                      "Print the report's exports entry as JSON"}}),
+       with_options(
+           {{Arg::kOption, "--formats", &Options::formats,
+             "Formats to export (default: quantize.export.formats)", nullptr, std::nullopt, false,
+             ','},
+            {Arg::kFlag, "--json", &Options::json, "Print the report's exports entry as JSON"}}),
        run_export},
       {"evaluate",
        "Evaluate a float or quantized model on the test data: accuracy, fidelity vs float, "

@@ -44,7 +44,6 @@ int64_t sqnr_sample_count(const at::Tensor& x, const at::Tensor& w) {
                    std::max<int64_t>(1, (int64_t{1} << 24) / macs)});
 }
 
-
 // Weights: minmax unless a `layers` rule names an observer.
 ObserverTemplate weight_template(const Plan& plan, const LayerPlan* lp) {
   ObserverTemplate w;
@@ -523,7 +522,8 @@ void convert_static(QuantizeContext& ctx, StaticSession& s) {
   for (const auto& lp : ctx.plan.layers) {  // the float biases, before they move
     auto layer = find_submodule(s.folded, lp.info.name);
     if (layer.hasattr("bias") && layer.attr("bias").isTensor())
-      s.float_biases.emplace(lp.info.name + ".bias", layer.attr("bias").toTensor().detach().clone());
+      s.float_biases.emplace(lp.info.name + ".bias",
+                             layer.attr("bias").toTensor().detach().clone());
   }
   if (ctx.plan.algorithms.bias_correction) correct_static_biases(ctx, s);
   snap_biases(ctx, s);

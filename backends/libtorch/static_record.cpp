@@ -55,7 +55,8 @@ std::map<int64_t, int> record_ranges(QuantizeContext& ctx, StaticSession& s) {
                       s.table->qparams(slot->id));
       continue;
     }
-    const int i = record_activation(ctx, slot->id, "", s.table->qparams(slot->id), slot->obs->name());
+    const int i =
+        record_activation(ctx, slot->id, "", s.table->qparams(slot->id), slot->obs->name());
     ctx.record().tensors[static_cast<size_t>(i)].name = tensor_name(slot->label, used);
     index[slot->id] = i;
   }

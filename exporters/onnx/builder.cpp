@@ -205,7 +205,8 @@ std::string OnnxBuilder::finish(const std::string& graph_name, const std::string
     throw RuntimeError(std::string("ONNX export: the model fails the ONNX checker: ") + e.what());
   }
   std::string bytes;
-  if (!m.SerializeToString(&bytes)) throw RuntimeError("ONNX export: could not serialize the model");
+  if (!m.SerializeToString(&bytes))
+    throw RuntimeError("ONNX export: could not serialize the model");
   return bytes;
 }
 

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,7 +26,9 @@ struct Attr {
   std::vector<int64_t> ints;
   std::vector<float> floats;
   static Attr Int(std::string n, int64_t v) { return {Kind::kInt, std::move(n), v, 0, {}, {}, {}}; }
-  static Attr Float(std::string n, float v) { return {Kind::kFloat, std::move(n), 0, v, {}, {}, {}}; }
+  static Attr Float(std::string n, float v) {
+    return {Kind::kFloat, std::move(n), 0, v, {}, {}, {}};
+  }
   static Attr Str(std::string n, std::string v) {
     return {Kind::kString, std::move(n), 0, 0, std::move(v), {}, {}};
   }

@@ -112,8 +112,8 @@ std::vector<c10::IValue> sample_inputs(const std::vector<std::vector<int64_t>>& 
 // block, at two batch sizes: shapes (dims that change are -1) and which
 // scalars change with the batch.
 std::unordered_map<const Value*, Seen> profile(Graph& g, const torch::jit::Module& m,
-                                              const std::vector<std::vector<int64_t>>& shapes,
-                                              const std::vector<c10::ScalarType>& dtypes) {
+                                               const std::vector<std::vector<int64_t>>& shapes,
+                                               const std::vector<c10::ScalarType>& dtypes) {
   auto copy = g.copy();
   std::vector<Value*> src, dst;
   for (size_t i = 0; i < g.inputs().size(); ++i) {
@@ -232,14 +232,13 @@ void convert_node(Converter& c, Node* n, const torch::jit::Module& model) {
     return;
   }
   if (!n->blocks().empty())
-    throw RuntimeError(
-        "ONNX export: control flow that depends on the data or the batch size (" +
-        std::string(kind.toQualString()) + ") cannot be written as a straight-line ONNX graph: " +
-        c.node_where(n));
+    throw RuntimeError("ONNX export: control flow that depends on the data or the batch size (" +
+                       std::string(kind.toQualString()) +
+                       ") cannot be written as a straight-line ONNX graph: " + c.node_where(n));
   bool scalars_only = !n->outputs().empty();  // outputs: ints, floats, int lists...
   for (Value* o : n->outputs())
-    scalars_only = scalars_only && o->type()->kind() != c10::TypeKind::TensorType &&
-                   capturable(o->type());
+    scalars_only =
+        scalars_only && o->type()->kind() != c10::TypeKind::TensorType && capturable(o->type());
   if (scalars_only) {
     // Shape arithmetic: constants are known from the profile; a value that
     // changes with the batch is written when an op reads it (int_list).
@@ -254,9 +253,9 @@ void convert_node(Converter& c, Node* n, const torch::jit::Module& model) {
     throw RuntimeError("ONNX export: " + std::string(kind.toQualString()) +
                        " has no ONNX mapping in tao-quant: " + c.node_where(n));
   row->second(c, n);
-  if (n->outputs().size() == 1 && !n->inputs().empty() &&
-      c.has_binding(n->input(0)) && c.binding(n->input(0)).kind == Bound::Kind::kTensor &&
-      c.has_binding(n->output()) && c.binding(n->output()).kind == Bound::Kind::kTensor) {
+  if (n->outputs().size() == 1 && !n->inputs().empty() && c.has_binding(n->input(0)) &&
+      c.binding(n->input(0)).kind == Bound::Kind::kTensor && c.has_binding(n->output()) &&
+      c.binding(n->output()).kind == Bound::Kind::kTensor) {
     const std::string& y = c.binding(n->output()).name;
     const std::string seen =
         c.opts.policy->passed(c, n->kind().toQualString(), c.binding(n->input(0)).name, y);

@@ -33,9 +33,9 @@ using torch::jit::Value;
 struct Bound {
   enum class Kind { kUnset, kTensor, kConst, kSeq };
   Kind kind = Kind::kUnset;
-  std::string name;          // kTensor: the ONNX value; kConst: a name hint (attribute path)
-  c10::IValue value;         // kConst (a constant tensor becomes an initializer when read)
-  std::vector<Bound> items;  // kSeq: the elements of a list or tuple
+  std::string name;               // kTensor: the ONNX value; kConst: a name hint (attribute path)
+  c10::IValue value;              // kConst (a constant tensor becomes an initializer when read)
+  std::vector<Bound> items;       // kSeq: the elements of a list or tuple
   const Value* origin = nullptr;  // the TorchScript value it was bound for
 };
 
@@ -44,7 +44,7 @@ struct Seen {
   bool tensor = false;
   std::vector<int64_t> dims;  // tensors: -1 where the batch size changed it
   c10::ScalarType dtype = c10::kFloat;
-  c10::IValue value;          // scalars and lists: the first run's value
+  c10::IValue value;  // scalars and lists: the first run's value
   bool batch_dependent = false;
 };
 
@@ -154,7 +154,7 @@ class Converter {
   const Seen* find_seen(const Value* v) const;
   const std::vector<int64_t>& dims(Value* v) const { return seen(v).dims; }
   int64_t rank(Value* v) const { return static_cast<int64_t>(dims(v).size()); }
-  const std::vector<Bound>& items(Value* v);  // elements of a list or tuple
+  const std::vector<Bound>& items(Value* v);                       // elements of a list or tuple
   std::string tensor_of(const Bound& b, const std::string& hint);  // an element as a tensor
 
   // ---- Binding outputs

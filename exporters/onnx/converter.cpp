@@ -90,10 +90,9 @@ bool Converter::is_none(Value* v) const {
 const c10::IValue& Converter::constant(Value* v) {
   Bound& bd = binding(v);
   if (bd.kind != Bound::Kind::kConst)
-    throw RuntimeError("ONNX export: %" + v->debugName() +
-                       " changes with the batch size or the data, and " +
-                       node_where(v->uses().empty() ? v->node() : v->uses()[0].user) +
-                       " needs it constant");
+    throw RuntimeError(
+        "ONNX export: %" + v->debugName() + " changes with the batch size or the data, and " +
+        node_where(v->uses().empty() ? v->node() : v->uses()[0].user) + " needs it constant");
   return bd.value;
 }
 
@@ -120,8 +119,9 @@ std::string Converter::tensor_of(const Bound& bd, const std::string& hint) {
     return name;
   }
   if (bd.kind == Bound::Kind::kConst && (bd.value.isDouble() || bd.value.isInt()))
-    return bd.value.isDouble() ? b.scalar_f(hint, static_cast<float>(bd.value.toDouble()))
-                               : b.initializer(hint, at::scalar_tensor(bd.value.toInt(), at::kLong));
+    return bd.value.isDouble()
+               ? b.scalar_f(hint, static_cast<float>(bd.value.toDouble()))
+               : b.initializer(hint, at::scalar_tensor(bd.value.toInt(), at::kLong));
   throw RuntimeError("ONNX export: '" + hint + "' is not a tensor here");
 }
 
@@ -234,8 +234,7 @@ std::string Converter::dynamic_int(Value* v) {
     out = b.node1("Gather", {dynamic_int(n->input(0)), arg(1)}, hint, {Attr::Int("axis", 0)});
   } else {
     throw RuntimeError("ONNX export: a value that changes with the batch size comes from " + kind +
-                       ", which tao-quant cannot write as ONNX shape arithmetic: " +
-                       node_where(n));
+                       ", which tao-quant cannot write as ONNX shape arithmetic: " + node_where(n));
   }
   return dynamic_[v] = out;
 }
@@ -245,8 +244,8 @@ std::string Converter::int_list(Value* v) {
     const c10::IValue& c = constant(v);
     return b.ints("shape", c.isInt() ? std::vector<int64_t>{c.toInt()} : c.toIntVector());
   }
-  const bool scalar = v->type()->kind() == c10::TypeKind::IntType ||
-                      v->type()->kind() == c10::TypeKind::TensorType;
+  const bool scalar =
+      v->type()->kind() == c10::TypeKind::IntType || v->type()->kind() == c10::TypeKind::TensorType;
   return one_d(*this, dynamic_int(v), scalar);
 }
 

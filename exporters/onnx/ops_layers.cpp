@@ -118,11 +118,11 @@ void linear(Converter& c, Node* n) {
   if (!c.is_constant(n->input(1)) && c.opts.policy->quantized_constant(in(c, n, 1)))
     return quantized_constant_linear(c, n, in(c, n, 1));
   if (!c.is_constant(n->input(1))) {  // a weight computed in the graph
-    std::string y = c.b.node1("MatMul",
-                              {in(c, n, 0), c.b.node1("Transpose", {in(c, n, 1)},
-                                                      c.base(n, "Transpose"),
-                                                      {Attr::Ints("perm", {1, 0})})},
-                              c.base(n, "MatMul"));
+    std::string y =
+        c.b.node1("MatMul",
+                  {in(c, n, 0), c.b.node1("Transpose", {in(c, n, 1)}, c.base(n, "Transpose"),
+                                          {Attr::Ints("perm", {1, 0})})},
+                  c.base(n, "MatMul"));
     if (!c.is_none(n->input(2))) y = c.b.node1("Add", {y, in(c, n, 2)}, c.base(n, "Add"));
     c.bind(n->output(), y);
     return;
@@ -191,7 +191,8 @@ void layer_norm(Converter& c, Node* n) {
   const float eps = static_cast<float>(c.double_of(n->input(4)));
   const int64_t axis = -static_cast<int64_t>(shape.size());
   const at::Tensor ones = at::ones(shape);
-  const std::string w = c.is_none(n->input(2)) ? c.b.initializer(c.base(n, "ln"), ones) : in(c, n, 2);
+  const std::string w =
+      c.is_none(n->input(2)) ? c.b.initializer(c.base(n, "ln"), ones) : in(c, n, 2);
   const std::string bias =
       c.is_none(n->input(3)) ? c.b.initializer(c.base(n, "ln"), at::zeros(shape)) : in(c, n, 3);
   const std::string x = in(c, n, 0);
@@ -209,7 +210,8 @@ void layer_norm(Converter& c, Node* n) {
   };
   const std::string d = c.b.node1("Sub", {x, mean(x)}, nb);
   const std::string var = mean(c.b.node1("Mul", {d, d}, nb));
-  const std::string den = c.b.node1("Sqrt", {c.b.node1("Add", {var, c.b.scalar_f(nb, eps)}, nb)}, nb);
+  const std::string den =
+      c.b.node1("Sqrt", {c.b.node1("Add", {var, c.b.scalar_f(nb, eps)}, nb)}, nb);
   const std::string y = c.b.node1("Div", {d, den}, nb);
   c.bind(n->output(), c.b.node1("Add", {c.b.node1("Mul", {y, w}, nb), bias}, nb));
 }
@@ -219,7 +221,8 @@ void layer_norm(Converter& c, Node* n) {
 void add_layer_ops(OpRows& t) {
   for (const char* k : {"aten::conv1d", "aten::conv2d", "aten::conv3d"})
     t[k] = [](Converter& c, Node* n) { conv(c, n, {3, 4, 5, 6}); };
-  for (const char* k : {"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"})
+  for (const char* k :
+       {"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"})
     t[k] = [](Converter& c, Node* n) { conv(c, n, {3, 4, 7, 6, 5, true}); };
   t["aten::_convolution"] = convolution;
   t["aten::linear"] = linear;

@@ -40,7 +40,8 @@ void div(Converter& c, Node* n) {
                             c.base(n, "Div"));
   if (n->inputs().size() > 2 && !c.is_none(n->input(2))) {
     const std::string mode = c.constant(n->input(2)).toStringRef();
-    if (mode != "floor") throw RuntimeError("ONNX export: div rounding '" + mode + "': " + c.node_where(n));
+    if (mode != "floor")
+      throw RuntimeError("ONNX export: div rounding '" + mode + "': " + c.node_where(n));
     q = c.b.node1("Floor", {q}, c.base(n, "Floor"));
   }
   c.bind(n->output(), q);
@@ -66,10 +67,10 @@ void clip(Converter& c, Node* n, size_t lo, size_t hi) {
 
 void relu6(Converter& c, Node* n) {
   const std::string x = in(c, n, 0);
-  c.bind(n->output(), c.b.node1("Clip",
-                                {x, scalar_like(c, n, 0.0, n->input(0)),
-                                 scalar_like(c, n, 6.0, n->input(0))},
-                                c.base(n, "Clip")));
+  c.bind(n->output(),
+         c.b.node1("Clip",
+                   {x, scalar_like(c, n, 0.0, n->input(0)), scalar_like(c, n, 6.0, n->input(0))},
+                   c.base(n, "Clip")));
 }
 
 void silu(Converter& c, Node* n) {
@@ -95,8 +96,8 @@ void gelu(Converter& c, Node* n) {
     inner = c.b.node1("Erf", {c.b.node1("Div", {x, c.b.scalar_f(nb, std::sqrt(2.0f))}, nb)}, nb);
   } else {
     const std::string x3 = c.b.node1("Mul", {c.b.node1("Mul", {x, x}, nb), x}, nb);
-    const std::string t = c.b.node1(
-        "Add", {x, c.b.node1("Mul", {x3, c.b.scalar_f(nb, 0.044715f)}, nb)}, nb);
+    const std::string t =
+        c.b.node1("Add", {x, c.b.node1("Mul", {x3, c.b.scalar_f(nb, 0.044715f)}, nb)}, nb);
     inner = c.b.node1(
         "Tanh", {c.b.node1("Mul", {t, c.b.scalar_f(nb, std::sqrt(2.0f / float(M_PI)))}, nb)}, nb);
   }
@@ -123,17 +124,20 @@ void dropout(Converter& c, Node* n) {
 
 void add_math_ops(OpRows& t) {
   const std::pair<const char*, const char*> unary[] = {
-      {"relu", "Relu"},   {"sigmoid", "Sigmoid"},   {"tanh", "Tanh"}, {"exp", "Exp"},
-      {"log", "Log"},     {"sqrt", "Sqrt"},         {"neg", "Neg"},   {"abs", "Abs"},
-      {"erf", "Erf"},     {"reciprocal", "Reciprocal"}, {"floor", "Floor"}, {"ceil", "Ceil"}};
+      {"relu", "Relu"},   {"sigmoid", "Sigmoid"},
+      {"tanh", "Tanh"},   {"exp", "Exp"},
+      {"log", "Log"},     {"sqrt", "Sqrt"},
+      {"neg", "Neg"},     {"abs", "Abs"},
+      {"erf", "Erf"},     {"reciprocal", "Reciprocal"},
+      {"floor", "Floor"}, {"ceil", "Ceil"}};
   for (const auto& [name, op] : unary) {
     const std::string o = op;
     for (const std::string suffix : {"", "_"})
       t["aten::" + std::string(name) + suffix] = [o](Converter& c, Node* n) { simple(c, n, o, 1); };
   }
-  const std::pair<const char*, const char*> bin[] = {
-      {"add", "Add"}, {"sub", "Sub"}, {"mul", "Mul"}, {"pow", "Pow"},
-      {"maximum", "Max"}, {"minimum", "Min"}};
+  const std::pair<const char*, const char*> bin[] = {{"add", "Add"},     {"sub", "Sub"},
+                                                     {"mul", "Mul"},     {"pow", "Pow"},
+                                                     {"maximum", "Max"}, {"minimum", "Min"}};
   for (const auto& [name, op] : bin) {
     const std::string o = op;
     for (const std::string suffix : {"", "_"})
@@ -142,8 +146,9 @@ void add_math_ops(OpRows& t) {
   for (const char* k : {"aten::div", "aten::div_", "aten::true_divide"}) t[k] = div;
   t["aten::rsub"] = rsub;
   t["aten::rsqrt"] = [](Converter& c, Node* n) {
-    c.bind(n->output(), c.b.node1("Reciprocal", {c.b.node1("Sqrt", {in(c, n, 0)}, c.base(n, "Sqrt"))},
-                                  c.base(n, "Reciprocal")));
+    c.bind(n->output(),
+           c.b.node1("Reciprocal", {c.b.node1("Sqrt", {in(c, n, 0)}, c.base(n, "Sqrt"))},
+                     c.base(n, "Reciprocal")));
   };
   for (const char* k : {"aten::hardtanh", "aten::hardtanh_", "aten::clamp", "aten::clamp_"})
     t[k] = [](Converter& c, Node* n) { clip(c, n, 1, 2); };

@@ -68,8 +68,9 @@ void adaptive(Converter& c, Node* n, bool max) {
     kernel.push_back(size / out[i]);
   }
   const char* op = max ? "MaxPool" : "AveragePool";
-  c.bind(n->output(0), c.b.node1(op, {in(c, n, 0)}, c.base(n, op),
-                                 {Attr::Ints("kernel_shape", kernel), Attr::Ints("strides", kernel)}));
+  c.bind(n->output(0),
+         c.b.node1(op, {in(c, n, 0)}, c.base(n, op),
+                   {Attr::Ints("kernel_shape", kernel), Attr::Ints("strides", kernel)}));
 }
 
 // mean/sum/amax(x, dims?, keepdim, ...): axes as an attribute (ReduceMean,
@@ -98,10 +99,12 @@ void reduce(Converter& c, Node* n, const std::string& op) {
 }  // namespace
 
 void add_pool_ops(OpRows& t) {
-  for (const char* k : {"aten::max_pool1d", "aten::max_pool2d", "aten::max_pool3d"}) t[k] = max_pool;
-  for (const char* k : {"aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d"}) t[k] = avg_pool;
-  for (const char* k : {"aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d",
-                        "aten::adaptive_avg_pool3d"})
+  for (const char* k : {"aten::max_pool1d", "aten::max_pool2d", "aten::max_pool3d"})
+    t[k] = max_pool;
+  for (const char* k : {"aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d"})
+    t[k] = avg_pool;
+  for (const char* k :
+       {"aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d"})
     t[k] = [](Converter& c, Node* n) { adaptive(c, n, false); };
   for (const char* k : {"aten::adaptive_max_pool1d", "aten::adaptive_max_pool2d"})
     t[k] = [](Converter& c, Node* n) {

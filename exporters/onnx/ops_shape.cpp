@@ -62,8 +62,8 @@ void stack(Converter& c, Node* n) {
 void split_into(Converter& c, Node* n, int64_t axis, const std::vector<int64_t>& sizes,
                 bool squeeze) {
   std::vector<std::string> outs(sizes.size(), c.base(n, "Split"));
-  outs = c.b.node(
-      "Split", {in(c, n, 0), c.b.ints(c.base(n, "split"), sizes)}, outs, {Attr::Int("axis", axis)});
+  outs = c.b.node("Split", {in(c, n, 0), c.b.ints(c.base(n, "split"), sizes)}, outs,
+                  {Attr::Int("axis", axis)});
   std::vector<Bound> items;
   for (auto& o : outs) {
     Bound bd;

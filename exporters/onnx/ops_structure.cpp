@@ -64,8 +64,8 @@ void num_to_tensor(Converter& c, Node* n) {
     return;
   }
   const std::string v = c.int_list(n->input(0));  // 1-D
-  c.bind(n->output(), c.b.node1("Squeeze", {v, c.b.ints(c.base(n, "axes"), {0})},
-                                c.base(n, "Squeeze")));
+  c.bind(n->output(),
+         c.b.node1("Squeeze", {v, c.b.ints(c.base(n, "axes"), {0})}, c.base(n, "Squeeze")));
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ Elem code_elem(const QuantTensor& t) {
 
 at::Tensor codes_tensor(const QuantTensor& t) {
   const auto dt = code_elem(t) == Elem::kUInt8 ? at::kByte : at::kChar;
-  return at::from_blob(const_cast<uint8_t*>(t.codes.data()), t.shape, at::TensorOptions(dt)).clone();
+  return at::from_blob(const_cast<uint8_t*>(t.codes.data()), t.shape, at::TensorOptions(dt))
+      .clone();
 }
 
 }  // namespace
@@ -80,7 +81,7 @@ std::string QdqPolicy::qdq(Converter& c, const std::string& x, const QuantTensor
 std::string QdqPolicy::mark(Converter& c, const std::string& x, int64_t mark) {
   const std::string named = QuantPolicy::mark(c, x, mark);
   const QuantTensor* t = c.record() ? c.record()->find_mark(mark) : nullptr;
-  if (!t || t->scale.empty()) return named;  // a range for the report only
+  if (!t || t->scale.empty()) return named;   // a range for the report only
   if (is_fp8(t->dtype)) (void)code_elem(*t);  // the error names the format
   return qdq(c, named, *t);
 }
@@ -130,11 +131,18 @@ std::string QdqPolicy::passed(Converter& c, const std::string& op, const std::st
   // Its quantized clamp, average pooling and mean requantize their result
   // with the input's parameters (a clamp bound, an average, lands on the
   // grid); shape ops, max pooling and relu keep grid values as they are.
-  static const char* const kRounds[] = {
-      "aten::hardtanh",          "aten::hardtanh_",          "aten::clamp",
-      "aten::clamp_",            "aten::avg_pool1d",         "aten::avg_pool2d",
-      "aten::avg_pool3d",        "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d",
-      "aten::adaptive_avg_pool3d", "aten::mean",             "aten::upsample_nearest2d"};
+  static const char* const kRounds[] = {"aten::hardtanh",
+                                        "aten::hardtanh_",
+                                        "aten::clamp",
+                                        "aten::clamp_",
+                                        "aten::avg_pool1d",
+                                        "aten::avg_pool2d",
+                                        "aten::avg_pool3d",
+                                        "aten::adaptive_avg_pool1d",
+                                        "aten::adaptive_avg_pool2d",
+                                        "aten::adaptive_avg_pool3d",
+                                        "aten::mean",
+                                        "aten::upsample_nearest2d"};
   for (const char* r : kRounds)
     if (op == r) return qdq(c, y, *t);
   return y;
@@ -156,13 +164,14 @@ std::optional<std::string> QdqPolicy::constant_mark(Converter& c, Value* v, int6
   // quantize_per_tensor / per_channel make them with that range.
   const at::Tensor w = c.constant_tensor(v).detach().to(at::kFloat).contiguous();
   const auto dt = t->dtype == DType::kUInt8 ? at::kQUInt8 : at::kQInt8;
-  at::Tensor q = t->granularity == Granularity::kPerChannel
-                     ? at::quantize_per_channel(
-                           w, at::tensor(t->scale, at::kDouble),
-                           at::tensor(std::vector<int64_t>(t->zero_point.begin(), t->zero_point.end()),
-                                      at::kLong),
-                           t->axis, dt)
-                     : at::quantize_per_tensor(w, t->scale.at(0), t->zero_point.at(0), dt);
+  at::Tensor q =
+      t->granularity == Granularity::kPerChannel
+          ? at::quantize_per_channel(
+                w, at::tensor(t->scale, at::kDouble),
+                at::tensor(std::vector<int64_t>(t->zero_point.begin(), t->zero_point.end()),
+                           at::kLong),
+                t->axis, dt)
+          : at::quantize_per_tensor(w, t->scale.at(0), t->zero_point.at(0), dt);
   q = q.int_repr().contiguous();
   QuantTensor& k = constants_[t];
   k = *t;
@@ -192,14 +201,18 @@ std::string QdqPolicy::weight_dq(Converter& c, const QuantTensor& t, bool transp
     padded.narrow(1, 0, cols).copy_(codes.reshape({rows, cols}));
     if (groups * gs > cols)  // padding decodes to 0: the last group's zero point
       for (int64_t r = 0; r < rows; ++r)
-        padded[r].narrow(0, cols, groups * gs - cols).fill_(
-            t.zero_point.empty() ? 0 : t.zero_point[static_cast<size_t>(r * groups + groups - 1)]);
+        padded[r]
+            .narrow(0, cols, groups * gs - cols)
+            .fill_(t.zero_point.empty()
+                       ? 0
+                       : t.zero_point[static_cast<size_t>(r * groups + groups - 1)]);
     const std::string q = c.b.initializer(base, padded.reshape({rows * groups, gs}));
-    std::string v = c.b.node1("DequantizeLinear", {q, s, z}, base + ".dequantized",
-                              {Attr::Int("axis", 0)});
+    std::string v =
+        c.b.node1("DequantizeLinear", {q, s, z}, base + ".dequantized", {Attr::Int("axis", 0)});
     v = c.b.node1("Reshape", {v, c.b.ints(base + ".shape", {rows, groups * gs})}, base);
-    v = c.b.node1("Slice", {v, c.b.ints(base + ".start", {0}), c.b.ints(base + ".end", {cols}),
-                            c.b.ints(base + ".axes", {1})},
+    v = c.b.node1("Slice",
+                  {v, c.b.ints(base + ".start", {0}), c.b.ints(base + ".end", {cols}),
+                   c.b.ints(base + ".axes", {1})},
                   base);
     v = c.b.node1("Reshape", {v, c.b.ints(base + ".shape", t.shape)}, base);
     return transposed ? c.b.node1("Transpose", {v}, base, {Attr::Ints("perm", {1, 0})}) : v;
@@ -241,13 +254,16 @@ std::string QdqPolicy::bias(Converter& c, const std::string& layer, const at::Te
     const float s = x->scale[0] * w->scale[w->scale.size() == 1 ? 0 : static_cast<size_t>(i)];
     scale[static_cast<size_t>(i)] = s;
     const double q = std::nearbyint(bf.data_ptr<double>()[i] / static_cast<double>(s));
-    codes[static_cast<size_t>(i)] = static_cast<int32_t>(std::max<double>(
-        std::numeric_limits<int32_t>::min(), std::min<double>(std::numeric_limits<int32_t>::max(), q)));
+    codes[static_cast<size_t>(i)] = static_cast<int32_t>(
+        std::max<double>(std::numeric_limits<int32_t>::min(),
+                         std::min<double>(std::numeric_limits<int32_t>::max(), q)));
   }
   const std::string base = layer + ".bias";
-  const std::string q = c.b.initializer(base + ".quantized", Elem::kInt32, {n}, codes.data(), n * 4);
+  const std::string q =
+      c.b.initializer(base + ".quantized", Elem::kInt32, {n}, codes.data(), n * 4);
   const std::string s = c.b.initializer(base + ".scale", Elem::kFloat, {n}, scale.data(), n * 4);
-  const std::string z = c.b.initializer(base + ".zero_point", Elem::kInt32, {n}, zeros.data(), n * 4);
+  const std::string z =
+      c.b.initializer(base + ".zero_point", Elem::kInt32, {n}, zeros.data(), n * 4);
   return c.b.node1("DequantizeLinear", {q, s, z}, base, {Attr::Int("axis", 0)});
 }
 
@@ -264,8 +280,8 @@ std::optional<std::string> QdqPolicy::dynamic_linear(Converter& c, const std::st
   (void)w;
   ++weights_;
   const std::vector<std::string> xq =
-      c.b.node("DynamicQuantizeLinear", {x}, {layer + ".input.quantized", layer + ".input.scale",
-                                              layer + ".input.zero_point"});
+      c.b.node("DynamicQuantizeLinear", {x},
+               {layer + ".input.quantized", layer + ".input.scale", layer + ".input.zero_point"});
   const std::string codes = c.b.initializer(t->name + ".t", codes_tensor(*t).t().contiguous());
   const auto [ws, wz] = qparams(c, *t);
   const std::string acc =

@@ -90,17 +90,16 @@ std::string TensorRtQdqPolicy::layer_input(Converter& c, const std::string& laye
   return qdq_of(c, x, it->second);
 }
 
-std::string TensorRtQdqPolicy::weight(Converter& c, const std::string& layer,
-                                      const at::Tensor& w, bool transposed) {
+std::string TensorRtQdqPolicy::weight(Converter& c, const std::string& layer, const at::Tensor& w,
+                                      bool transposed) {
   const QuantTensor* t = c.record() ? c.record()->weight_of(layer) : nullptr;
   if (!t) return QuantPolicy::weight(c, layer, w, transposed);
   double sqnr = 0;
   auto [it, fresh] = weights_.emplace(layer, requantized(*t, sqnr));
   if (fresh)
-    weight_facts_[layer] = {{"from", std::string(to_string(t->dtype)) + "/" +
-                                         std::string(to_string(t->granularity))},
-                            {"weight_sqnr_db", std::isfinite(sqnr) ? nlohmann::json(sqnr)
-                                                                    : nlohmann::json(nullptr)}};
+    weight_facts_[layer] = {
+        {"from", std::string(to_string(t->dtype)) + "/" + std::string(to_string(t->granularity))},
+        {"weight_sqnr_db", std::isfinite(sqnr) ? nlohmann::json(sqnr) : nlohmann::json(nullptr)}};
   return weight_dq(c, it->second, transposed);
 }
 
@@ -109,9 +108,12 @@ void TensorRtQdqPolicy::add_inputs(Converter& c, std::string& a, std::string& b)
   auto quantize = [&](std::string& v) {
     if (auto it = pending_.find(v); it != pending_.end()) v = qdq_of(c, v, it->second);
   };
-  if (la && !lb) quantize(b);        // the residual beside a conv's output
-  else if (lb && !la) quantize(a);
-  else if (la && lb) quantize(b);    // two convs' outputs: the second is the residual
+  if (la && !lb)
+    quantize(b);  // the residual beside a conv's output
+  else if (lb && !la)
+    quantize(a);
+  else if (la && lb)
+    quantize(b);  // two convs' outputs: the second is the residual
 }
 
 }  // namespace tq::onnx_export

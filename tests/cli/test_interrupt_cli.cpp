@@ -79,7 +79,7 @@ TEST_CASE("tune: SIGINT after the first real run exits 130 with the best pair, c
   check_rebuild(out);
 }
 
-TEST_CASE("quantize: SIGTERM exits 143 and keeps the earlier pair; batch: SIGINT exits 130",
+TEST_CASE("quantize: SIGTERM exits 143 and keeps the earlier pair, batch: SIGINT exits 130",
           "[cli][interrupt]") {
   tqtest::TempDir dir("quantize_sigterm");
   const fs::path out = dir.path() / "out";

@@ -32,7 +32,7 @@ double quantized_top1(const std::string& spec, const fs::path& out) {
 }  // namespace
 
 TEST_CASE("non-finite calibration data: exit 1 naming the file and the sample, every mode",
-          "[cli][reliability][nonfinite]") {
+          "[cli][reliability][nonfinite][vit]") {
   const std::string nan = tqtest::crafted("calib_nan.npz"), inf = tqtest::crafted("calib_inf.npz");
   const std::string cnn = tqtest::fmnist() + "/cnn.pt", vit = tqtest::fmnist() + "/vit_qkv.pt";
   struct Case {
@@ -118,7 +118,7 @@ TEST_CASE("bias correction with a 1e30 pixel: the layers it makes worse are left
 }
 
 TEST_CASE("static bias correction: no applied correction is worse on the held-out batch",
-          "[cli][reliability][nonfinite]") {
+          "[cli][reliability][nonfinite][effnet]") {
   struct Case {
     std::string model, calib, overrides;
     size_t min_checked, min_rejected;
@@ -162,7 +162,7 @@ TEST_CASE("static bias correction: no applied correction is worse on the held-ou
 }
 
 TEST_CASE("SmoothQuant and GPTQ: a layer their held-out check finds worse is left alone",
-          "[cli][reliability][nonfinite]") {
+          "[cli][reliability][nonfinite][vit]") {
   const std::string vit = tqtest::fmnist() + "/vit_qkv.pt";
   const std::pair<std::string, std::string> runs[] = {
       {"  mode: static_ptq\n  default_layer_dtype: int8\n  smoothquant: {alpha: 1.0}\n"
@@ -194,7 +194,7 @@ TEST_CASE("SmoothQuant and GPTQ: a layer their held-out check finds worse is lef
   }
 }
 
-TEST_CASE("an artifact with a non-finite bias is never published; the earlier pair stays",
+TEST_CASE("an artifact with a non-finite bias is never published, the earlier pair stays",
           "[cli][reliability][nonfinite]") {
   tqtest::TempDir dir("nan_bias");
   const fs::path out = dir.path() / "out";

@@ -24,7 +24,8 @@ std::string runner() {
 
 std::string shape_text(const at::Tensor& t) {
   std::string s = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) s += std::to_string(t.size(i)) + (t.dim() == 1 ? "," : i + 1 < t.dim() ? ", " : "");
+  for (int64_t i = 0; i < t.dim(); ++i)
+    s += std::to_string(t.size(i)) + (t.dim() == 1 ? "," : i + 1 < t.dim() ? ", " : "");
   return s + ")";
 }
 
@@ -59,8 +60,8 @@ at::Tensor read_npy(const std::string& path) {
   REQUIRE(in.good());
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   REQUIRE(all.compare(1, 5, "NUMPY") == 0);
-  const uint16_t hlen = static_cast<uint16_t>(static_cast<uint8_t>(all[8]) |
-                                              (static_cast<uint8_t>(all[9]) << 8));
+  const uint16_t hlen =
+      static_cast<uint16_t>(static_cast<uint8_t>(all[8]) | (static_cast<uint8_t>(all[9]) << 8));
   const std::string header = all.substr(10, hlen);
   const bool i64 = header.find("<i8") != std::string::npos;
   REQUIRE((i64 || header.find("<f4") != std::string::npos));
@@ -96,8 +97,6 @@ std::vector<at::Tensor> ort_run(const std::string& model, const std::vector<at::
   return out;
 }
 
-namespace {
-
 onnx::ModelProto read_model(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   onnx::ModelProto m;
@@ -105,14 +104,12 @@ onnx::ModelProto read_model(const std::string& path) {
   return m;
 }
 
-}  // namespace
-
 std::vector<std::string> onnx_op_types(const std::string& path) {
   std::vector<std::string> out;
   const onnx::ModelProto m = read_model(path);
   for (const auto& n : m.graph().node())
     out.push_back(n.domain().empty() || n.domain() == "ai.onnx" ? n.op_type()
-                                                                  : n.domain() + ":" + n.op_type());
+                                                                : n.domain() + ":" + n.op_type());
   return out;
 }
 
@@ -128,17 +125,19 @@ std::vector<std::string> onnx_value_names(const std::string& path) {
 }
 
 std::string python_onnx_check(const std::string& path) {
-  const auto r = tqtest_data::run_cmd(std::string(tqtest_data::kPython) +
-                                      " -c \"import onnx,sys; onnx.checker.check_model(sys.argv[1], "
-                                      "full_check=True); print('ok')\" " + path);
+  const auto r =
+      tqtest_data::run_cmd(std::string(tqtest_data::kPython) +
+                           " -c \"import onnx,sys; onnx.checker.check_model(sys.argv[1], "
+                           "full_check=True); print('ok')\" " +
+                           path);
   return r.status == 0 ? "" : r.out;
 }
 
 std::pair<at::Tensor, at::Tensor> fmnist_test_set(int64_t n) {
-  const tq::Spec spec = tq::parse_spec_text(
-      std::string("dataset:\n  test_dataset:\n    data_file: ") + TQ_MODELS_DIR +
-          "/fmnist/test.npz\n    batch_size: 1000\n",
-      "<test>");
+  const tq::Spec spec =
+      tq::parse_spec_text(std::string("dataset:\n  test_dataset:\n    data_file: ") +
+                              TQ_MODELS_DIR + "/fmnist/test.npz\n    batch_size: 1000\n",
+                          "<test>");
   auto loader =
       tq::make_data_loader(spec, *spec.dataset.test_dataset, "dataset.test_dataset", true);
   std::vector<at::Tensor> xs, ys;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <onnx/onnx_pb.h>
 
 #include <map>
 #include <string>
@@ -22,6 +23,9 @@ at::Tensor read_npy(const std::string& path);                  // float32, int64
 // test when the runner fails.
 std::vector<at::Tensor> ort_run(const std::string& model, const std::vector<at::Tensor>& inputs,
                                 int64_t batch = 0, const std::string& optimized = "");
+
+// An ONNX file read with ONNX's own protobuf types (REQUIREs that it parses).
+onnx::ModelProto read_model(const std::string& path);
 
 // The op types of an ONNX file's nodes ("com.microsoft:QLinearConv" for
 // other domains), read with ONNX's own protobuf types.

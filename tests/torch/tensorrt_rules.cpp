@@ -2,24 +2,14 @@
 // ONNX's own protobuf types (see tensorrt_rules.h).
 #include "tensorrt_rules.h"
 
+#include "onnx_test_util.h"
+
 #include <onnx/onnx_pb.h>
 
 #include <catch2/catch.hpp>
-#include <fstream>
 #include <map>
 
 namespace tq::test {
-
-namespace {
-
-onnx::ModelProto read_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  onnx::ModelProto m;
-  REQUIRE(m.ParseFromIstream(&in));
-  return m;
-}
-
-}  // namespace
 
 std::vector<std::string> tensorrt_rule_violations(const std::string& path) {
   const auto m = read_model(path);

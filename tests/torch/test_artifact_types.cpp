@@ -105,7 +105,7 @@ TEST_CASE("an artifact that fails when the batch size changes is not published",
   auto save = [&](const std::string& name, const std::string& body) {
     torch::jit::Module m("m");
     m.register_attribute("seen", c10::IntType::get(), 0);
-    m.define("def forward(self, x):\n" + body + "    return x * 2.0\n");
+    m.define("def forward(self, x):\n" + body + "    return x * 2.0 + y.sum()\n");
     const std::string path = (dir / name).string();
     m.save(path);
     return path;
@@ -114,19 +114,17 @@ TEST_CASE("an artifact that fails when the batch size changes is not published",
   // that packed its weights for one shape would.
   const std::string sticky = save("sticky.pt",
                                   "    if self.seen == 0:\n        self.seen = x.size(0)\n"
-                                  "    elif self.seen != x.size(0):\n"
-                                  "        raise RuntimeError('packed for batch ' + str(self.seen))\n");
-  const std::string plain = save("plain.pt", "");
-  const std::string fixed = save("fixed.pt",
-                                 "    if x.size(0) != 4:\n"
-                                 "        raise RuntimeError('this model takes batch 4')\n");
+                                  "    y = torch.zeros([self.seen]).view([x.size(0)])\n");
+  const std::string plain = save("plain.pt", "    y = torch.zeros([1])\n");
+  const std::string fixed = save("fixed.pt", "    y = torch.zeros([4]).view([x.size(0)])\n");
   const std::vector<at::Tensor> holdout = {torch::randn({4, 3})};
   try {
     tq::check_artifact_finite(sticky, holdout, "libtorch");
     FAIL("the sticky artifact passed");
   } catch (const tq::RuntimeError& e) {
     CHECK_THAT(e.what(), Contains("fails when the batch size changes (batch 1, 4, then 1") &&
-                             Contains("failed at batch 4") && Contains("packed for batch 1") &&
+                             Contains("failed at batch 4") &&
+                             Contains("is invalid for input of size 1") &&
                              Contains("it was not published"));
   }
   CHECK_FALSE(fs::exists(sticky));

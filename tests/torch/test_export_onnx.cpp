@@ -78,7 +78,7 @@ void check_static_net(const std::string& net, const std::string& extra) {
   const at::Tensor ref = tq::test::torch_outputs(model, head);
   const at::Tensor fl = ort_run(dir + "/model_float.onnx", {head}).at(0);
   INFO(net << ": float, relative error " << tq::test::rel_error(fl, ref) << " (largest element "
-            << tq::test::max_rel_diff(fl, ref) << ")");
+           << tq::test::max_rel_diff(fl, ref) << ")");
   CHECK(tq::test::rel_error(fl, ref) < 1e-4);
 
   // Q/DQ: the TorchScript int8 artifact's top-1, image by image.
@@ -89,8 +89,8 @@ void check_static_net(const std::string& net, const std::string& extra) {
   const double top1_onnx = 100.0 * (q == labels).sum().item<double>() / labels.size(0);
   const double top1_art = 100.0 * (a == labels).sum().item<double>() / labels.size(0);
   const double agree = 100.0 * (q == a).sum().item<double>() / labels.size(0);
-  INFO(net << ": top-1 ONNX " << top1_onnx << " TorchScript " << top1_art << ", agreement "
-            << agree << " %");
+  INFO(net << ": top-1 ONNX " << top1_onnx << " TorchScript " << top1_art << ", agreement " << agree
+           << " %");
   CHECK(std::abs(top1_onnx - top1_art) <= 0.1);
   CHECK(agree >= 99.5);
 
@@ -108,7 +108,9 @@ void check_static_net(const std::string& net, const std::string& extra) {
 
 TEST_CASE("ONNX export, static int8: the trained CNN runs in ONNX Runtime as its artifact does",
           "[export][onnx]") {
-  SECTION("cnn") { check_static_net("cnn", ""); }
+  SECTION("cnn") {
+    check_static_net("cnn", "");
+  }
   SECTION("cnn_imbalanced, equalized") {
     check_static_net("cnn_imbalanced", "  equalization: true\n");
   }
@@ -142,7 +144,7 @@ TEST_CASE("ONNX export, other modes: weight-only (int8, int4 per group), dynamic
     const char* model;
     const char* mode;
     const char* extra;
-    double max_rel;     // ONNX Runtime's output against the artifact's
+    double max_rel;       // ONNX Runtime's output against the artifact's
     const char* int8_op;  // an op the optimized graph must hold ("" none)
   };
   const Case cases[] = {
@@ -183,9 +185,10 @@ TEST_CASE("ONNX export, other modes: weight-only (int8, int4 per group), dynamic
   }
 }
 
-TEST_CASE("ONNX export: same inputs give the same bytes, errors name the layer and the op, nothing "
-          "is half-published",
-          "[export][onnx]") {
+TEST_CASE(
+    "ONNX export: same inputs give the same bytes, errors name the layer and the op, nothing "
+    "is half-published",
+    "[export][onnx]") {
   const std::string cnn = kModels + "/fmnist/cnn.pt";
   SECTION("two runs into two folders write the same ONNX bytes") {
     std::string bytes[2];
@@ -214,8 +217,7 @@ TEST_CASE("ONNX export: same inputs give the same bytes, errors name the layer a
     }
     CHECK_FALSE(fs::exists(dir + "/quantized_model_libtorch.pth"));
     CHECK_FALSE(fs::exists(dir + "/quantize_report.json"));
-    for (const auto& f : fs::directory_iterator(dir))
-      CHECK(f.path().extension() != ".partial");
+    for (const auto& f : fs::directory_iterator(dir)) CHECK(f.path().extension() != ".partial");
   }
   SECTION("an op with no mapping: exit 1 naming the op, the module and the graph line") {
     const std::string dir = tqtest_data::temp_dir("onnx-op");
@@ -260,7 +262,8 @@ TEST_CASE("tao-quant export: a published result without quantizing again, a chan
   std::string text = spec_text(kModels + "/fmnist/cnn.pt", dir, "weight_only_ptq", "");
   const std::string line = "  export: {formats: [onnx, onnx_qdq]}\n";
   text.replace(text.find(line), line.size(), "");
-  text += "  test_dataset: {data_file: " + kModels + "/fmnist/test.npz, batch_size: 500, max_batches: 2}\n";
+  text += "  test_dataset: {data_file: " + kModels +
+          "/fmnist/test.npz, batch_size: 500, max_batches: 2}\n";
   { std::ofstream(dir + "/spec.yaml") << text; }
   auto cli = [&](const std::string& args) {
     return tqtest_data::run_cmd(std::string(TQ_CLI) + " -q " + args);
@@ -277,7 +280,8 @@ TEST_CASE("tao-quant export: a published result without quantizing again, a chan
   const auto report = nlohmann::json::parse(in);
   CHECK(report.at("exports").at("files").size() == 3);
   CHECK(tqtest_data::run_cmd(std::string(TQ_CLI) + " -q evaluate --is-quantized -e " + dir +
-                             "/spec.yaml --no-html").status == 0);
+                             "/spec.yaml --no-html")
+            .status == 0);
 
   SECTION("a record that is not the report's is refused") {
     { std::ofstream(dir + "/quantization_record.pt", std::ios::app) << "x"; }

@@ -14,8 +14,8 @@
 #include <set>
 
 #include "onnx_test_util.h"
-#include "tensorrt_rules.h"
 #include "taoquant/pipeline.h"
+#include "tensorrt_rules.h"
 #include "test_data_util.h"
 
 namespace {
@@ -64,7 +64,8 @@ void check_tensorrt_net(const std::string& net) {
   const std::string calib = kModels + "/fmnist/calib.npz";
   const std::string trt = tqtest_data::temp_dir(std::string("trt-") + net);
   const std::string ort = tqtest_data::temp_dir(std::string("trt-ort-") + net);
-  const auto out = tq::run_quantize(tq::parse_spec_text(trt_spec(model, trt, "tensorrt", calib), "<t>"));
+  const auto out =
+      tq::run_quantize(tq::parse_spec_text(trt_spec(model, trt, "tensorrt", calib), "<t>"));
   (void)tq::run_quantize(tq::parse_spec_text(trt_spec(model, ort, "ort", calib), "<t>"));
   const std::string qdq = trt + "/quantized_model_libtorch.onnx";
   CHECK(tq::test::python_onnx_check(qdq).empty());
@@ -114,8 +115,8 @@ void check_tensorrt_net(const std::string& net) {
   }
 
   // An independent reference of the cache's bytes, from the report.
-  const auto r = tqtest_data::run_cmd(std::string(tqtest_data::kPython) + " " +
-                                      TQ_SOURCE_DIR + "/tests/data/trt_cache_ref.py " + trt +
+  const auto r = tqtest_data::run_cmd(std::string(tqtest_data::kPython) + " " + TQ_SOURCE_DIR +
+                                      "/tests/data/trt_cache_ref.py " + trt +
                                       "/quantize_report.json " + trt + "/cache_ref.txt");
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -142,13 +143,16 @@ TEST_CASE("TensorRT handoff on the MobileNetV2-style net: depthwise convs and Re
   check_tensorrt_net("mbv2");
 }
 
-TEST_CASE("TensorRT target: what TensorRT cannot take is refused at its key, before the model loads",
-          "[export][tensorrt][spec]") {
+TEST_CASE(
+    "TensorRT target: what TensorRT cannot take is refused at its key, before the model loads",
+    "[export][tensorrt][spec]") {
   const std::string data = kModels + "/fmnist/calib.npz";
   const std::string dir = tqtest_data::temp_dir("trt-refuse");
   const std::pair<const char*, const char*> cases[] = {
-      {"  layers:\n    - module_name: fc*\n      weights: {dtype: uint8}\n", "layers.0.weights.dtype"},
-      {"  layers:\n    - module_name: '*'\n      weights: {dtype: int4}\n", "layers.0.weights.dtype"},
+      {"  layers:\n    - module_name: fc*\n      weights: {dtype: uint8}\n",
+       "layers.0.weights.dtype"},
+      {"  layers:\n    - module_name: '*'\n      weights: {dtype: int4}\n",
+       "layers.0.weights.dtype"},
       {"  layers:\n    - module_name: '*'\n      weights: {granularity: per_group}\n",
        "layers.0.weights.granularity"},
       {"  layers:\n    - module_name: '*'\n      activations: {dtype: fp8_e4m3fn}\n",
@@ -156,8 +160,7 @@ TEST_CASE("TensorRT target: what TensorRT cannot take is refused at its key, bef
   };
   for (const auto& [extra, key] : cases) {
     INFO(extra);
-    const std::string text =
-        trt_spec("/nonexistent/model.pt", dir, "tensorrt", data, extra);
+    const std::string text = trt_spec("/nonexistent/model.pt", dir, "tensorrt", data, extra);
     try {
       (void)tq::run_quantize(tq::parse_spec_text(text, "spec.yaml"));
       FAIL("accepted");

@@ -98,10 +98,13 @@ TEST_CASE("pot_int8 example: install, out-of-tree build, quantize, evaluate", "[
     CHECK(tq::is_power_of_two(t["scales"]["max"].get<double>()));
   }
   CHECK(recorded == 4);
-  auto ex = run_cmd(quote(work + "/prefix/bin/tao-quant") + " --plugin " + quote(plugin) +
-                    " -q export -e " + quote(std::string(TQ_SOURCE_DIR) +
-                                             "/backends/examples/pot_int8/fmnist_cnn_pot_int8.yaml") +
-                    " --formats onnx_qdq results_dir=" + quote(work + "/results"));
+  // From the source tree, as the script ran quantize: the spec's data paths
+  // are relative to it (a weight-only record learns the input shape there).
+  auto ex = run_cmd(
+      "cd " + quote(TQ_SOURCE_DIR) + " && " + quote(work + "/prefix/bin/tao-quant") + " --plugin " +
+      quote(plugin) + " -q export -e " +
+      quote(std::string(TQ_SOURCE_DIR) + "/backends/examples/pot_int8/fmnist_cnn_pot_int8.yaml") +
+      " --formats onnx_qdq results_dir=" + quote(work + "/results"));
   INFO(ex.out);
   CHECK(ex.rc == 0);
   CHECK(fs::exists(work + "/results/quantized_model_pot_int8.onnx"));

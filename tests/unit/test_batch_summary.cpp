@@ -139,14 +139,14 @@ TEST_CASE("batch summary: the markdown table", "[batch]") {
   for (std::string l; std::getline(is, l);) lines.push_back(l);
   REQUIRE(lines.size() > 2 + s.jobs.size());
   const auto header = cells(lines[0]);
-  CHECK(header.size() == 11);
+  CHECK(header.size() == 12);
   for (const char* col : {"model", "backend", "mode", "status", "size ratio", "fp32 top-1",
-                          "quant top-1", "top-1 drop", "speedup", "wall time"}) {
+                          "quant top-1", "top-1 drop", "speedup", "wall time", "exports"}) {
     bool found = false;
     for (const auto& h : header) found = found || h.find(col) != std::string::npos;
     CHECK(found);
   }
-  CHECK(std::regex_match(lines[1], std::regex(R"(\|(\s*:?-{3,}:?\s*\|){11})")));
+  CHECK(std::regex_match(lines[1], std::regex(R"(\|(\s*:?-{3,}:?\s*\|){12})")));
   for (size_t i = 0; i < s.jobs.size(); ++i) {
     INFO(lines[2 + i]);
     const auto row = cells(lines[2 + i]);
@@ -266,7 +266,7 @@ TEST_CASE("batch summary: the markdown escapes what a user wrote as the HTML sum
   std::istringstream is(md);
   std::string line;
   for (int i = 0; i < 2 + 5; ++i) std::getline(is, line);
-  CHECK(cells(line).size() == 11);
+  CHECK(cells(line).size() == 12);
 }
 
 TEST_CASE("batch summary: a summary file of the wrong types is refused naming the key", "[batch]") {

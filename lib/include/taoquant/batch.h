@@ -87,9 +87,9 @@ struct JobResult {
   std::optional<double> speedup;                           // at the largest measured batch size
   std::string message;                                     // one line: why it failed
   std::vector<std::string> log_tail;
-  bool resumed = false;  // reused from an earlier run (--resume)
+  bool resumed = false;              // reused from an earlier run (--resume)
   std::vector<std::string> exports;  // files exported with the result (quantize.export)
-  std::string dir;       // the job's results_dir
+  std::string dir;                   // the job's results_dir
 };
 
 struct BatchSummary {

@@ -97,6 +97,6 @@ bool register_exporter(ExporterInfo info, const char* file, int line);
 
 #define TQ_EXPORTER_CONCAT_INNER(a, b) a##b
 #define TQ_EXPORTER_CONCAT(a, b) TQ_EXPORTER_CONCAT_INNER(a, b)
-#define TAOQUANT_REGISTER_EXPORTER(info_fn)                                                   \
+#define TAOQUANT_REGISTER_EXPORTER(info_fn)                                                  \
   static const bool TQ_EXPORTER_CONCAT(tq_exporter_registered_, __LINE__) [[maybe_unused]] = \
       ::tq::detail::register_exporter(info_fn(), __FILE__, __LINE__)

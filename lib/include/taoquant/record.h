@@ -71,18 +71,18 @@ struct QuantTensor {
   // weight); -1 for a layer's weight, which the layer reads.
   int64_t mark = -1;
 
-  double amax() const;          // max(|clip_min|, |clip_max|)
-  int64_t channels() const;     // number of scales
-  int32_t code(size_t i) const;  // codes[i] as a signed or unsigned integer of dtype
+  double amax() const;             // max(|clip_min|, |clip_max|)
+  int64_t channels() const;        // number of scales
+  int32_t code(size_t i) const;    // codes[i] as a signed or unsigned integer of dtype
   nlohmann::json to_json() const;  // everything but the codes
 };
 
 struct LayerRecord {
   std::string name;
   bool quantized = false;
-  std::string reason;  // why it stays float
-  int weight = -1;     // index into tensors
-  int input = -1;      // index into tensors: the range that quantizes its input (static)
+  std::string reason;          // why it stays float
+  int weight = -1;             // index into tensors
+  int input = -1;              // index into tensors: the range that quantizes its input (static)
   bool dynamic_input = false;  // input quantized at run time (dynamic PTQ)
 };
 

@@ -166,8 +166,8 @@ void require_results_dir(const Spec& spec);
 // The resolved spec as the artifact embeds it: what builds the model,
 // without where the results go (results_dir, quantize.results_dir), the
 // evaluate section (checks made afterwards, often naming a path in
-// results_dir) and quantize.export (other files, from the same numbers). The same spec into two folders gives the same artifact
-// bytes; the report keeps the whole resolved spec.
+// results_dir) and quantize.export (other files, from the same numbers). The same spec into two
+// folders gives the same artifact bytes; the report keeps the whole resolved spec.
 nlohmann::json artifact_spec(const Spec& spec);
 
 }  // namespace tq

@@ -37,13 +37,13 @@ std::vector<const ExporterInfo*> ExporterRegistry::resolve(
     const ExporterInfo* e = find(name);
     if (!e)
       throw SpecError(loc, "quantize.export.formats: unknown format '" + name + "'" +
-                               did_you_mean(name, keys()) + " (available: " + join(keys()) +
-                               ")");
+                               did_you_mean(name, keys()) + " (available: " + join(keys()) + ")");
     if (std::find(out.begin(), out.end(), e) != out.end()) return;
     for (const auto& n : e->needs) add(n, loc);
     out.push_back(e);
   };
-  for (size_t i = 0; i < formats.size(); ++i) add(formats[i], i < locs.size() ? locs[i] : SourceLoc{});
+  for (size_t i = 0; i < formats.size(); ++i)
+    add(formats[i], i < locs.size() ? locs[i] : SourceLoc{});
   return out;
 }
 
@@ -58,7 +58,8 @@ bool register_exporter(ExporterInfo info, const char* file, int line) {
 std::string export_file_name(const ExporterInfo& e, const std::string& requested_backend) {
   std::string name = e.file_name;
   const std::string key = "{backend}";
-  if (auto at = name.find(key); at != std::string::npos) name.replace(at, key.size(), requested_backend);
+  if (auto at = name.find(key); at != std::string::npos)
+    name.replace(at, key.size(), requested_backend);
   return name;
 }
 
@@ -108,17 +109,16 @@ void check_tensorrt(const Spec& spec) {
   const std::string target_key = "quantize.export.target";
   auto fail = [&](const std::string& key, const std::string& what) {
     const std::string at = spec.locs.count(key) ? key : target_key;
-    throw SpecError(spec.loc(at), key + ": " + what +
-                                      ", which TensorRT's explicit quantization (" + target_key +
+    throw SpecError(spec.loc(at), key + ": " + what + ", which TensorRT's explicit quantization (" +
+                                      target_key +
                                       ": tensorrt) cannot take: it runs int8 Q/DQ only, "
                                       "symmetric, weights per channel on axis 0 (opset 13-17)");
   };
   if (q.mode != Mode::kStatic)
-    fail("quantize.mode", std::string(to_string(q.mode)) +
-                              " (TensorRT needs the activation ranges of static_ptq)");
+    fail("quantize.mode",
+         std::string(to_string(q.mode)) + " (TensorRT needs the activation ranges of static_ptq)");
   auto weight_dtype = [&](DType d, const std::string& key) {
-    if (d != DType::kInt8 && d != DType::kNative)
-      fail(key, "weights " + std::string(to_string(d)));
+    if (d != DType::kInt8 && d != DType::kNative) fail(key, "weights " + std::string(to_string(d)));
   };
   auto act_dtype = [&](DType d, const std::string& key) {
     if (d != DType::kInt8 && d != DType::kUInt8 && d != DType::kNative)

@@ -174,28 +174,27 @@ json exports(const json& r) {
   std::string tensors = "-";
   for (const auto& f : get(e, "files").is_array() ? e["files"] : json::array()) {
     const json& facts = get(f, "facts");
-    files.push_back({{"format", str(f, "format")},
-                     {"file", str(f, "file")},
-                     {"size", bytes(get(f, "bytes"))},
-                     {"xxh64", str(f, "xxh64")},
-                     {"what", str(facts, "target").empty() ? "" : "target " + str(facts, "target")}});
+    files.push_back(
+        {{"format", str(f, "format")},
+         {"file", str(f, "file")},
+         {"size", bytes(get(f, "bytes"))},
+         {"xxh64", str(f, "xxh64")},
+         {"what", str(facts, "target").empty() ? "" : "target " + str(facts, "target")}});
     if (str(f, "format") != "onnx_qdq") continue;
     tensors = std::to_string(get(facts, "weights_quantized").is_number()
-                                 ? facts["weights_quantized"].get<int64_t>() : 0) +
+                                 ? facts["weights_quantized"].get<int64_t>()
+                                 : 0) +
               " weights, " +
               std::to_string(get(facts, "activation_qdq_pairs").is_number()
-                                 ? facts["activation_qdq_pairs"].get<int64_t>() : 0) +
+                                 ? facts["activation_qdq_pairs"].get<int64_t>()
+                                 : 0) +
               " activation Q/DQ pairs";
-    for (const auto& l : get(facts, "float_layers").is_array() ? facts["float_layers"]
-                                                               : json::array())
+    for (const auto& l :
+         get(facts, "float_layers").is_array() ? facts["float_layers"] : json::array())
       kept.push_back({{"layer", str(l, "layer")}, {"reason", str(l, "reason")}});
   }
-  return {{"has", !files.empty()},
-          {"files", files},
-          {"opset", num(get(e, "opset"), 0)},
-          {"target", str(e, "target")},
-          {"tensors", tensors},
-          {"float_layers", kept},
+  return {{"has", !files.empty()},      {"files", files},     {"opset", num(get(e, "opset"), 0)},
+          {"target", str(e, "target")}, {"tensors", tensors}, {"float_layers", kept},
           {"has_float", !kept.empty()}};
 }
 
@@ -211,8 +210,8 @@ json quantize(const json& r) {
   }
   json hist = histograms(layers);
   json notes = get(r, "notes").is_array() ? r["notes"] : json::array();
-  const json& sens = get(r, "sensitivity").is_object() ? r["sensitivity"]
-                                                        : get(get(r, "tune"), "sensitivity");
+  const json& sens =
+      get(r, "sensitivity").is_object() ? r["sensitivity"] : get(get(r, "tune"), "sensitivity");
   return {{"heading", "Quantize report"},
           {"title", "tao-quant quantize: " + str(get(r, "model"), "path")},
           {"summary", summary(r)},

@@ -225,8 +225,8 @@ void check_tune(const Section& s) {
 void read_export(const Section& s, ExportSpec& e) {
   s.only({"formats", "opset", "target", "tensorrt_version", "input_shape"});
   if (const Node* n = s.get("formats")) {
-    e.formats = list_of<std::string>(to_nonempty, "a list of export formats", true)(
-        *n, s.at("formats"));
+    e.formats =
+        list_of<std::string>(to_nonempty, "a list of export formats", true)(*n, s.at("formats"));
     if (e.formats.empty()) type_error(*n, s.at("formats"), "at least one export format");
     for (size_t i = 0; i < e.formats.size(); ++i)
       e.format_locs.push_back(n->is_scalar() ? n->loc : n->items[i]->loc);
@@ -245,14 +245,15 @@ void read_export(const Section& s, ExportSpec& e) {
     const std::string v = to_nonempty(n, path);
     if (!std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(c); }))
       fail(n, path,
-           quote_value(v) + " is not a TensorRT version number (expected digits as TensorRT "
-                            "writes them in a cache header, e.g. 8601 for 8.6.1)");
+           quote_value(v) +
+               " is not a TensorRT version number (expected digits as TensorRT "
+               "writes them in a cache header, e.g. 8601 for 8.6.1)");
     return v;
   });
   if (const Node* n = s.get("input_shape")) {
-    const auto dims = list_of<int>(int_at_least(1), "a list of positive integers (one sample's "
-                                                    "shape, without the batch dimension)")(
-        *n, s.at("input_shape"));
+    const auto dims = list_of<int>(int_at_least(1),
+                                   "a list of positive integers (one sample's "
+                                   "shape, without the batch dimension)")(*n, s.at("input_shape"));
     e.input_shape.assign(dims.begin(), dims.end());
   }
 }

@@ -56,7 +56,8 @@ inline std::string suggest(const std::string& word, const std::vector<std::strin
   throw SpecError(n.loc, path + ": " + msg);
 }
 
-[[noreturn]] inline void type_error(const Node& n, const std::string& path, const std::string& expected) {
+[[noreturn]] inline void type_error(const Node& n, const std::string& path,
+                                    const std::string& expected) {
   fail(n, path, "expected " + expected + ", found " + describe(n));
 }
 

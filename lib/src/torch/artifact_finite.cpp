@@ -2,6 +2,7 @@
 // non-finite weight, bias, scale, or output on the held-out batch (issue
 // 30), and none that fails when the batch size changes (issue 31).
 #include <filesystem>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <torch/script.h>
@@ -79,11 +80,16 @@ std::string artifact_problem(const std::string& path, const std::vector<at::Tens
 
 // The useful line of a LibTorch error: TorchScript puts the operator's
 // message ("RuntimeError: could not create a primitive ...") after its
-// traceback.
+// traceback, on the first unindented line after the last "<--- HERE".
 std::string error_line(const std::string& what) {
-  const auto at = what.rfind("RuntimeError: ");
-  if (at == std::string::npos) return first_line(what);
-  return first_line(what.substr(at + 14));
+  const auto here = what.rfind("<--- HERE");
+  if (here == std::string::npos) return first_line(what);
+  std::istringstream rest(what.substr(here));
+  std::string line;
+  std::getline(rest, line);  // the marked code line
+  while (std::getline(rest, line))
+    if (!line.empty() && line[0] != ' ' && line[0] != '\t') return line;
+  return first_line(what);
 }
 
 // A deployment changes the batch size in one process: a fresh load of the

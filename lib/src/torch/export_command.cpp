@@ -68,8 +68,8 @@ ExportOutcome run_export(const Spec& spec) {
   out.report = read_report(out.report_path);
   QuantRecord record = published_record(dir, out.report, out.report_path);
   fill_record_inputs(spec, record, true);
-  const ExportJob job{record, spec.quantize.export_spec, backend.requested,
-                      spec.quantize.algorithm, {}};
+  const ExportJob job{
+      record, spec.quantize.export_spec, backend.requested, spec.quantize.algorithm, {}};
   StagedExports staged;
   staged.write(exporters, job, dir.string(), /*write_record=*/false);
   // The report lists the new files, and keeps the other formats' entries.

@@ -430,14 +430,13 @@ nlohmann::json report_sensitivity(const Spec& spec, const QuantizeOutcome& out,
 // The exports (staged, not yet published) and the report of a saved
 // artifact; the sensitivity table, when there is one, is part of the run's
 // time.
-void write_exports_and_report(const Spec& spec, const CheckedBackend& checked,
-                              QuantizeContext& ctx, const QuantizeOptions& opts,
-                              QuantizeOutcome& out, StagedExports& staged,
-                              nlohmann::json timings) {
+void write_exports_and_report(const Spec& spec, const CheckedBackend& checked, QuantizeContext& ctx,
+                              const QuantizeOptions& opts, QuantizeOutcome& out,
+                              StagedExports& staged, nlohmann::json timings) {
   const auto t_export = Clock::now();
   fill_record_inputs(spec, ctx.record(), !checked.exporters.empty());
-  const ExportJob job{ctx.record(), spec.quantize.export_spec, out.requested_backend,
-                      spec.quantize.algorithm, {}};
+  const ExportJob job{
+      ctx.record(), spec.quantize.export_spec, out.requested_backend, spec.quantize.algorithm, {}};
   staged.write(checked.exporters, job, spec.effective_results_dir(),
                /*write_record=*/true);
   const double export_s = since(t_export);
@@ -508,7 +507,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.total_seconds = since(t_start);
 
   StagedExports staged;  // removed unless published
-  try {  // exports and the report; on failure the unpublished artifact goes too
+  try {                  // exports and the report; on failure the unpublished artifact goes too
     write_exports_and_report(spec, checked, ctx, opts, out, staged,
                              {{"load_s", load_s},
                               {"plan_s", plan_s},

@@ -12,9 +12,9 @@
 #include <kainjow/mustache.hpp>
 
 #include "core/messages.h"
-#include "taoquant/strings.h"
 #include "taoquant/batch.h"
 #include "taoquant/result_files.h"
+#include "taoquant/strings.h"
 
 namespace tq {
 
@@ -74,7 +74,8 @@ std::string str_field(const json& j, const char* key, const std::string& source,
 int64_t int_field(const json& j, const char* key, const std::string& source,
                   const std::string& ctx) {
   const json& v = field(j, key, source, ctx);
-  if (!v.is_number_integer()) bad(source, ctx + key, "expected an integer, found " + quote_value(v.dump()));
+  if (!v.is_number_integer())
+    bad(source, ctx + key, "expected an integer, found " + quote_value(v.dump()));
   return v.get<int64_t>();
 }
 

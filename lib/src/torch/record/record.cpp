@@ -58,8 +58,8 @@ void put_scales(nlohmann::json& j, const QuantTensor& t) {
   if (t.scale.empty()) return;
   const auto [mn, mx] = std::minmax_element(t.scale.begin(), t.scale.end());
   j["scales"] = {{"count", t.scale.size()}, {"min", *mn}, {"max", *mx}};
-  const bool zeros = std::all_of(t.zero_point.begin(), t.zero_point.end(),
-                                 [](int32_t z) { return z == 0; });
+  const bool zeros =
+      std::all_of(t.zero_point.begin(), t.zero_point.end(), [](int32_t z) { return z == 0; });
   j["zero_points"] = zeros ? nlohmann::json("all 0") : nlohmann::json(t.zero_point);
 }
 
@@ -145,8 +145,8 @@ const QuantTensor* QuantRecord::input_of(const std::string& layer) const {
 }
 
 size_t QuantRecord::quantized_layers() const {
-  return static_cast<size_t>(
-      std::count_if(layers.begin(), layers.end(), [](const LayerRecord& l) { return l.quantized; }));
+  return static_cast<size_t>(std::count_if(layers.begin(), layers.end(),
+                                           [](const LayerRecord& l) { return l.quantized; }));
 }
 
 nlohmann::json QuantRecord::to_json() const {
@@ -160,8 +160,11 @@ nlohmann::json QuantRecord::to_json() const {
     if (l.dynamic_input) j["input"] = "quantized at run time (dynamic)";
     ls.push_back(std::move(j));
   }
-  return {{"mode", to_string(mode)}, {"backend", backend}, {"layers", ls},
-          {"tensors", ts},           {"notes", notes}};
+  return {{"mode", to_string(mode)},
+          {"backend", backend},
+          {"layers", ls},
+          {"tensors", ts},
+          {"notes", notes}};
 }
 
 // ---- Filling -----------------------------------------------------------------
@@ -198,6 +201,17 @@ void record_weight(QuantizeContext& ctx, const LayerPlan& lp, const wformat::Qua
 
 namespace {
 
+// The quantization parameters of `q` on a recorded tensor.
+void set_qparams(QuantTensor& t, const QParams& q) {
+  t.dtype = q.dtype;
+  t.granularity = q.per_channel ? Granularity::kPerChannel : Granularity::kPerTensor;
+  t.axis = q.axis;
+  t.scale = q.scale;
+  t.zero_point = q.zero_point;
+  t.quant_min = q.quant_min;
+  t.quant_max = q.quant_max;
+}
+
 // A weight's codes as LibTorch's quantize_per_tensor / per_channel store them.
 QuantTensor quantized_constant(const std::string& name, const std::string& layer,
                                const at::Tensor& w, const QParams& q) {
@@ -216,13 +230,7 @@ QuantTensor quantized_constant(const std::string& name, const std::string& layer
   t.role = QuantTensor::Role::kWeight;
   t.name = name;
   t.layer = layer;
-  t.dtype = q.dtype;
-  t.granularity = q.per_channel ? Granularity::kPerChannel : Granularity::kPerTensor;
-  t.axis = q.axis;
-  t.scale = q.scale;
-  t.zero_point = q.zero_point;
-  t.quant_min = q.quant_min;
-  t.quant_max = q.quant_max;
+  set_qparams(t, q);
   t.shape = w.sizes().vec();
   const auto* p = static_cast<const uint8_t*>(codes.data_ptr());
   t.codes.assign(p, p + codes.numel());
@@ -254,13 +262,7 @@ int record_activation(QuantizeContext& ctx, int64_t mark, const std::string& lay
   t.role = QuantTensor::Role::kActivation;
   t.mark = mark;
   t.layer = layer;
-  t.dtype = q.dtype;
-  t.granularity = q.per_channel ? Granularity::kPerChannel : Granularity::kPerTensor;
-  t.axis = q.axis;
-  t.scale = q.scale;
-  t.zero_point = q.zero_point;
-  t.quant_min = q.quant_min;
-  t.quant_max = q.quant_max;
+  set_qparams(t, q);
   t.min = q.min_val;
   t.max = q.max_val;
   t.clip_min = q.clip_min;

@@ -84,10 +84,14 @@ void save_record(const QuantRecord& r, const std::string& path) {
                       {"weight", l.weight},
                       {"input", l.input},
                       {"dynamic_input", l.dynamic_input}});
-  const nlohmann::json j{{"record_version", kRecordVersion}, {"mode", to_string(r.mode)},
-                         {"backend", r.backend},           {"tensors", tensors},
-                         {"layers", layers},               {"notes", r.notes},
-                         {"input_shapes", r.input_shapes}, {"input_dtypes", r.input_dtypes},
+  const nlohmann::json j{{"record_version", kRecordVersion},
+                         {"mode", to_string(r.mode)},
+                         {"backend", r.backend},
+                         {"tensors", tensors},
+                         {"layers", layers},
+                         {"notes", r.notes},
+                         {"input_shapes", r.input_shapes},
+                         {"input_dtypes", r.input_dtypes},
                          {"float_values", r.float_values}};
   save_module_atomic(*r.model, path, {{kJson, j.dump(1)}, {kCodes, codes}});
 }
