@@ -1,12 +1,14 @@
-// The last check before a result is published: no artifact with a
+// The last checks before a result is published: no artifact with a
 // non-finite weight, bias, scale, or output on the held-out batch (issue
-// 30), and none that fails when the batch size changes (issue 31).
+// 30); whether it survives a batch-size change (issue 31).
 #include <filesystem>
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/script.h>
 
+#include "artifact_checks.h"
 #include "taoquant/model.h"
 #include "taoquant/strings.h"
 
@@ -54,8 +56,6 @@ Found first_non_finite(const c10::IValue& v, const std::string& name) {
   return {};
 }
 
-std::string batch_change_problem(const std::string& path, const std::vector<c10::IValue>& full);
-
 std::string artifact_problem(const std::string& path, const std::vector<at::Tensor>& holdout) {
   torch::jit::Module m = torch::jit::load(path, torch::kCPU);
   for (const auto& a : m.named_attributes(/*recurse=*/true)) {
@@ -75,7 +75,7 @@ std::string artifact_problem(const std::string& path, const std::vector<at::Tens
   if (!f.kind.empty())
     return "has a non-finite value: its " + f.name + " on the held-out calibration batch holds " +
            f.kind;
-  return batch_change_problem(path, full);
+  return "";
 }
 
 // The useful line of a LibTorch error: TorchScript puts the operator's
@@ -92,22 +92,46 @@ std::string error_line(const std::string& what) {
   return first_line(what);
 }
 
-// A deployment changes the batch size in one process: a fresh load of the
-// artifact runs batch 1, the held-out batch, then batch 1 again (onednn's
-// packed int8 weights were seen to fail a reorder after such a change,
-// issue 31). "" when it runs, or when the model does not take batch 1 at
-// all (a fixed batch size: nothing changes in deployment).
-std::string batch_change_problem(const std::string& path, const std::vector<c10::IValue>& full) {
-  const at::Tensor& x0 = full.front().toTensor();
+}  // namespace
+
+void check_artifact_finite(const std::string& path, const std::vector<at::Tensor>& holdout,
+                           const std::string& backend) {
+  const std::string problem = artifact_problem(path, holdout);
+  if (problem.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  throw RuntimeError("the artifact written by backend '" + backend + "' " + problem +
+                     "; it was not published (the earlier result, if any, is kept" +
+                     (problem.rfind("has a non-finite", 0) == 0
+                          ? "; a float model or data that is already non-finite there gives this "
+                            "too)"
+                          : ")"));
+}
+
+// See artifact_checks.h.
+std::string batch_change_problem(const std::string& path, const std::vector<at::Tensor>& holdout) {
+  if (holdout.empty()) return "";
+  const at::Tensor& x0 = holdout.front();
   if (x0.dim() == 0 || x0.size(0) < 2) return "";
+  const std::vector<c10::IValue> full(holdout.begin(), holdout.end());
   std::vector<c10::IValue> one;
-  for (const auto& v : full) {
-    const at::Tensor& t = v.toTensor();
+  for (const auto& t : holdout) {
     if (t.dim() == 0 || t.size(0) != x0.size(0)) return "";  // not all batched alike
     one.emplace_back(t.narrow(0, 0, 1));
   }
+  // At least two threads, as a server runs it: onednn's choice of weight
+  // layout depends on the thread count (one thread never showed it).
+  const int threads = at::get_num_threads();
+  if (threads < 2) at::set_num_threads(2);
+  struct Restore {
+    int n;
+    ~Restore() {
+      if (at::get_num_threads() != n) at::set_num_threads(n);
+    }
+  } restore{threads};
   torch::jit::Module m = torch::jit::load(path, torch::kCPU);
   m.eval();
+  torch::NoGradGuard no_grad;
   try {
     m.forward(one);
   } catch (const std::exception&) {
@@ -124,22 +148,6 @@ std::string batch_change_problem(const std::string& path, const std::vector<c10:
            std::to_string(at_batch) + "): " + error_line(e.what());
   }
   return "";
-}
-
-}  // namespace
-
-void check_artifact_finite(const std::string& path, const std::vector<at::Tensor>& holdout,
-                           const std::string& backend) {
-  const std::string problem = artifact_problem(path, holdout);
-  if (problem.empty()) return;
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
-  throw RuntimeError("the artifact written by backend '" + backend + "' " + problem +
-                     "; it was not published (the earlier result, if any, is kept" +
-                     (problem.rfind("has a non-finite", 0) == 0
-                          ? "; a float model or data that is already non-finite there gives this "
-                            "too)"
-                          : ")"));
 }
 
 }  // namespace tq

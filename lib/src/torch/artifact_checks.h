@@ -1,0 +1,23 @@
+// What the pipeline checks on a saved artifact before it publishes it,
+// beyond check_artifact_finite (taoquant/model.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace tq {
+
+// A deployment changes the batch size in one process: a fresh load of the
+// artifact at two or more threads runs batch 1, the held-out batch's size,
+// then batch 1 again. LibTorch 1.13's onednn int8 convolutions fail a weight
+// reorder there on some models (MobileNetV2: "could not create a primitive
+// descriptor for a reorder primitive" on every change between batch 1 and
+// more, at 2 threads; never at 1 thread or with qnnpack; fixed upstream in
+// PyTorch #86876). Returns what failed ("fails when the batch size changes
+// (...): <the error>"), or "" when it runs, or when the model does not take
+// batch 1 at all (a fixed batch size: nothing changes in deployment).
+std::string batch_change_problem(const std::string& path, const std::vector<at::Tensor>& holdout);
+
+}  // namespace tq
