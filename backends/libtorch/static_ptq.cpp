@@ -273,6 +273,13 @@ std::shared_ptr<StaticSession> calibrate_static(QuantizeContext& ctx, Calibratio
   return session;
 }
 
+const ObserverSlot* input_slot(const ObserverTable& t,
+                               const std::map<std::string, std::string>& inputs,
+                               const std::string& layer) {
+  auto it = inputs.find(layer);
+  return it == inputs.end() ? nullptr : t.find_path(it->second);
+}
+
 namespace {
 
 Module convert_observed(Module& observed) {
@@ -280,13 +287,6 @@ Module convert_observed(Module& observed) {
   // quantized weights it makes are new tensors.
   Module copy = observed.clone(/*inplace=*/true);
   return finish_quantized(jit::insert_quant_dequant(copy, QuantType::kStatic), QuantType::kStatic);
-}
-
-const ObserverSlot* input_slot(const ObserverTable& t,
-                               const std::map<std::string, std::string>& inputs,
-                               const std::string& layer) {
-  auto it = inputs.find(layer);
-  return it == inputs.end() ? nullptr : t.find_path(it->second);
 }
 
 // The observed copy is what converts: a bias shift made in `folded` goes
@@ -424,96 +424,6 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
   s.steps->step("latency check");
   ctx.backend_meta["latency_check"] = speed;
   return q;
-}
-
-// Output SQNR of one layer alone, float vs int8-simulated (weights on their
-// grid `fq`, input through the activation qparams), on leading samples of
-// the held-out batch. With `shift` (its bias correction, in `root`), the
-// float reference has the float bias, and the SQNR without the correction
-// goes to `before`.
-void layer_output_sqnr(LayerResult& r, Module layer, const at::Tensor& w, const at::Tensor& fq,
-                       const QParams& aq, const LayerCapture& cap, Module root,
-                       const BiasShift* shift, double* before) {
-  auto xi = cap.inputs.find(r.name);
-  if (xi == cap.inputs.end()) return;
-  torch::NoGradGuard ng;
-  NoGraphOptimization no_opt;
-  const at::Tensor& x = xi->second;
-  r.extra["activation"]["histogram"] = activation_histogram(x, aq);
-  if (shift) shift_bias(root, *shift, -1.0);
-  auto yi = cap.outputs.find(r.name);
-  const at::Tensor ref = yi != cap.outputs.end() && yi->second.dim() > 0 && x.dim() > 0 &&
-                                 yi->second.size(0) == x.size(0)
-                             ? yi->second
-                             : layer.forward({x}).toTensor();
-  auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
-  layer.setattr("weight", fq);
-  if (shift) {
-    *before = tensor_sqnr_db(ref, layer.forward({xq}).toTensor());
-    shift_bias(root, *shift, 1.0);
-  }
-  auto y = layer.forward({xq}).toTensor();
-  layer.setattr("weight", w);
-  r.extra["output_sqnr_db"] = json_number(tensor_sqnr_db(ref, y));
-  r.extra["output_sqnr_samples"] = x.size(0);
-  if (shift)
-    r.extra["bias_correction_output_sqnr_db"] = {{"before", json_number(*before)},
-                                                 {"after", r.extra["output_sqnr_db"]}};
-}
-
-// One layer's result: kept float with its reason, or its int8 formats,
-// scales, weight SQNR, activation range and output SQNR.
-LayerResult static_layer_result(const LayerPlan& lp, StaticSession& s,
-                                const std::map<std::string, std::string>& input_observers) {
-  auto layer = find_submodule(s.folded, lp.info.name);
-  auto w = layer.attr("weight").toTensor();
-  const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
-  auto it = s.reasons.find(lp.info.name);
-  if (it != s.reasons.end()) return kept_float_result(lp, bytes, it->second);
-  LayerResult r = layer_result(lp);
-  r.bytes_before = bytes;
-  r.weight_format =
-      lp.weights.granularity == Granularity::kPerTensor ? "int8/per_tensor" : "int8/per_channel";
-  r.activation_format = "uint8/per_tensor";
-  const ObserverSlot* ws = s.table->find_label(lp.info.name + ":weight");
-  const ObserverSlot* as = input_slot(*s.table, input_observers, lp.info.name);
-  if (!ws) return r;
-  const at::Tensor fq = weight_result(r, w, s.table->qparams(ws->id));
-  if (!as) return r;
-  const QParams& aq = s.table->qparams(as->id);
-  r.extra["activation"] = activation_stats(aq, as->obs->name());
-  auto sh = s.shifts.find(lp.info.name);
-  double before = 0;
-  layer_output_sqnr(r, layer, w, fq, aq, s.capture(), s.folded,
-                    sh == s.shifts.end() ? nullptr : &sh->second, &before);
-  return r;
-}
-
-// Fidelity on the held-out batch: the model's output against float, then
-// each layer's result.
-void report_static(QuantizeContext& ctx, StaticSession& s, const Module& q) {
-  const auto& cap = s.capture();
-  const auto input_observers = layer_input_observers(s.observed);
-  {
-    torch::NoGradGuard ng;
-    std::vector<c10::IValue> in(s.holdout.begin(), s.holdout.end());
-    auto out = Module(q).forward(in);
-    const c10::IValue& ref = cap.model_output;
-    if (ref.isTensor() && out.isTensor())
-      ctx.backend_meta["holdout_output_sqnr_db"] =
-          json_number(tensor_sqnr_db(ref.toTensor(), out.toTensor()));
-  }
-  s.steps->step("fidelity pass");
-  for (const auto& lp : ctx.plan.layers) {
-    LayerResult r = static_layer_result(lp, s, input_observers);
-    if (r.extra.contains("bias_correction_output_sqnr_db")) {
-      ctx.algorithm_facts[lp.info.name]["bias_correction"]["holdout_output_sqnr_db"] =
-          r.extra["bias_correction_output_sqnr_db"];
-      r.extra.erase("bias_correction_output_sqnr_db");
-    }
-    ctx.add_layer_result(std::move(r));
-  }
-  s.steps->step("layer SQNR");
 }
 
 }  // namespace

@@ -76,6 +76,16 @@ struct StaticSession {
 // the first time.
 void snap_biases(QuantizeContext& ctx, StaticSession& s);
 
+// The observer of a layer's input (`inputs`: layer_input_observers), or
+// null when it has none.
+const ObserverSlot* input_slot(const ObserverTable& t,
+                               const std::map<std::string, std::string>& inputs,
+                               const std::string& layer);
+
+// Fidelity on the held-out batch (static_report.cpp): the model's output
+// against float, then each layer's result, into ctx.
+void report_static(QuantizeContext& ctx, StaticSession& s, const torch::jit::Module& q);
+
 // The session's result in the neutral record (record.h): the observed
 // model with its marks, each observer's range, each layer's int8 weight
 // codes and input range, and the layers kept float; `float_artifact`: the

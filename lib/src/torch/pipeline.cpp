@@ -12,6 +12,7 @@
 
 #include "artifact_checks.h"
 #include "export_stage.h"
+#include "run_files.h"
 #include "taoquant/data.h"
 #include "taoquant/export.h"
 #include "taoquant/html_report.h"
@@ -265,43 +266,6 @@ std::vector<at::Tensor> run_backend(const Spec& spec, QuantizerBase& quantizer,
   return data ? data->holdout() : std::vector<at::Tensor>{};
 }
 
-// `j` without wall-clock timings ("seconds" keys): the artifact embeds the
-// facts of a run, and the same inputs must give the same bytes; timings go
-// to the report only.
-nlohmann::json without_timings(nlohmann::json j) {
-  if (j.is_object()) {
-    j.erase("seconds");
-    for (auto& [k, v] : j.items()) v = without_timings(v);
-  } else if (j.is_array()) {
-    for (auto& v : j) v = without_timings(v);
-  }
-  return j;
-}
-
-// Backend facts as embedded: without wall-clock timings, nor the latency
-// measurements (the report has them; with a timing cache the decisions
-// they led to are in the layers' reasons).
-nlohmann::json embedded_backend_meta(const nlohmann::json& meta) {
-  nlohmann::json j = without_timings(meta);
-  if (j.is_object()) j.erase("latency_check");
-  return j;
-}
-
-// The files embedded next to the model: the resolved spec (without where
-// results go: artifact_spec), the layers, and the tool/backend facts.
-void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContext& ctx) {
-  ctx.extra_files["tao_quant_spec.json"] = artifact_spec(spec).dump(2);
-  ctx.extra_files["tao_quant_layers.json"] =
-      without_timings(layers_to_json(out.plan, out.layers)).dump(2);
-  nlohmann::json meta{
-      {"tool", tool_info()},
-      {"backend", {{"requested", out.requested_backend}, {"resolved", out.resolved_backend}}},
-      {"mode", std::string(to_string(out.plan.mode))},
-      {"backend_meta", embedded_backend_meta(ctx.backend_meta)},
-      {"calibration", without_timings(ctx.calibration)}};
-  ctx.extra_files["tao_quant_meta.json"] = meta.dump(2);
-}
-
 // The backend saves the artifact under its temporary name (partial_path),
 // made durable, and it must load as plain LibTorch loads it and return the
 // float model's type; on any failure that file is gone and the earlier
@@ -321,40 +285,6 @@ void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::st
     fs::remove(partial, ec);
     throw;
   }
-}
-
-// The run's timing cache: the spec's (checked against this machine), else
-// an empty one for this machine.
-TimingCache open_timing_cache(const Spec& spec) {
-  const std::string& path = spec.quantize.timing_cache;
-  if (path.empty()) return TimingCache(TimingEnv::this_machine());
-  return TimingCache::load(path, TimingEnv::this_machine(), spec.loc("quantize.timing_cache"));
-}
-
-// Writes what this run measured next to the artifact (timing_cache.json),
-// warns when a given cache lacked entries or the machine was busy, and
-// returns the facts for the report.
-nlohmann::json close_timing_cache(const TimingCache& cache, const fs::path& results_dir,
-                                  QuantizeContext& ctx, std::string& written, bool extend) {
-  nlohmann::json j{{"given", cache.given() ? nlohmann::json(cache.path()) : nlohmann::json()},
-                   {"entries_read", cache.read_count()},
-                   {"entries_measured", cache.measured_count()}};
-  if (cache.measured_count() == 0) return j;
-  extend = extend && cache.given();
-  written = extend ? cache.path() : (results_dir / "timing_cache.json").string();
-  cache.save(written);
-  j["written"] = written;
-  if (cache.given() && !extend)
-    ctx.warn("timing cache '" + cache.path() + "' lacked " +
-             std::to_string(cache.measured_count()) +
-             " timings this run needed; they were measured on this machine now, so the "
-             "latency decisions may differ between runs; rerun with quantize.timing_cache=" +
-             written);
-  if (const std::string busy = machine_busy(); !busy.empty())
-    ctx.warn("latency was measured while " + busy +
-             ": the never-slower decisions may be off; measure on an idle machine "
-             "(tao-quant profile) and pass quantize.timing_cache");
-  return j;
 }
 
 // The plan's warnings, and whether this run replaces another backend's
