@@ -1,11 +1,10 @@
 #include "latency.h"
+#include "layer_kernel.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/script.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <stdexcept>
 #include <tuple>
 
 #include <spdlog/spdlog.h>
@@ -70,20 +69,6 @@ std::pair<double, double> timed_pair(TimingCache* cache, const std::string& key,
     cache->put(key + "/int8", r.second);
   }
   return r;
-}
-
-std::vector<c10::IValue> call_op(const char* name, const char* overload,
-                                 std::vector<c10::IValue> args) {
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-  torch::jit::Stack stack(std::move(args));
-  op.callBoxed(&stack);
-  return stack;
-}
-
-c10::IValue type_constant(const torch::jit::Module& m, const char* name) {
-  auto t = m.type();
-  if (!t->hasConstant(name)) return c10::IValue();
-  return t->getConstant(name);
 }
 
 }  // namespace
@@ -163,63 +148,6 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
 
 namespace {
 
-std::vector<int64_t> int_list(const c10::IValue& v) {
-  std::vector<int64_t> l;
-  if (v.isTuple())
-    for (const auto& e : v.toTupleRef().elements()) l.push_back(e.toInt());
-  else
-    l = v.toIntVector();
-  return l;
-}
-
-// A layer's int8 kernel with its packed weight, ready to call alone.
-struct LayerKernel {
-  jit::QuantizedOp op;
-  c10::IValue packed;
-  LayerKind kind = LayerKind::kLinear;
-  std::string key;  // timing-cache key: op, weight shape, granularity, conv geometry
-};
-
-std::string ints_text(const std::vector<int64_t>& v) {
-  std::string s;
-  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
-// Packs a layer's weight for its int8 kernel; throws Untimed with the reason
-// when it cannot.
-struct Untimed : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq) {
-  auto op = jit::quantized_op(kind);
-  if (!op) throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
-  at::Tensor w = layer.attr("weight").toTensor().detach();
-  c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
-  auto scales = torch::tensor(wq.scale, torch::kDouble);
-  at::Tensor qw = wq.per_channel
-                      ? at::quantize_per_channel(
-                            w, scales, torch::zeros({scales.numel()}, torch::kLong), 0, c10::kQInt8)
-                      : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
-  std::string key = "layer/" + std::string(to_string(kind)) + "/w=" + shape_text(w, 0) +
-                    (bias.isTensor() ? "/bias" : "") +
-                    (wq.per_channel ? "/per_channel" : "/per_tensor");
-  if (kind == LayerKind::kLinear)
-    return {*op, call_op(op->prepack, "", {qw, bias}).at(0), kind, key};
-  auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
-       dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
-  if (!stride.isTuple() && !stride.isIntList()) throw Untimed("stride is not a list of ints");
-  if (!padding.isTuple() && !padding.isIntList())
-    throw Untimed("padding is not a list of ints ('same'/'valid')");
-  auto packed =
-      call_op(op->prepack, "",
-              {qw, bias, int_list(stride), int_list(padding), int_list(dilation), groups.toInt()})
-          .at(0);
-  key += "/s=" + ints_text(int_list(stride)) + "/p=" + ints_text(int_list(padding)) +
-         "/d=" + ints_text(int_list(dilation)) + "/g=" + std::to_string(groups.toInt());
-  return {*op, packed, kind, key};
-}
-
 // `profile`: a Linear's dynamic int8 form (quantized::linear_dynamic on the
 // same packed weight), recorded as "<key>/int8_dynamic".
 template <class RunFloat>
@@ -251,12 +179,7 @@ std::string time_layer(const torch::jit::Module& float_layer, const LayerKernel&
     }
     at::Tensor xb = resize_batch(x, bs);
     auto run_f = [&] { layer.forward({xb}); };
-    auto run_q = [&] {
-      auto xq = at::quantize_per_tensor(xb, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
-      auto y = call_op(k.op.op, k.op.overload,
-                       {xq, k.packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])});
-      y.at(0).toTensor().dequantize();
-    };
+    auto run_q = [&] { run_kernel(k, xb, aq).dequantize(); };
     const std::string key = k.key + "/x=" + shape_text(x) + "/bs=" + std::to_string(bs);
     auto [tf, tq] = timed_pair(cache, key, [&] { return look(run_f, run_q, true, 5, 100); });
     if (cache && cache->profile_all) profile_dynamic(*cache, k, xb, key, run_f);
@@ -274,30 +197,14 @@ std::vector<std::pair<std::string, std::string>> slower_int8_layers(
     const torch::jit::Module& observed, ObserverTable& table,
     const std::map<std::string, at::Tensor>& inputs, const std::vector<int64_t>& batch_sizes,
     std::vector<std::pair<std::string, std::string>>* untimed) {
-  torch::NoGradGuard ng;
-  const auto input_observers = layer_input_observers(observed);
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& lp : ctx.plan.layers) {
-    const ObserverSlot* ws = table.find_label(lp.info.name + ":weight");
-    if (!ws) continue;  // not int8
-    try {
-      auto xi = inputs.find(lp.info.name);
-      if (xi == inputs.end())
-        throw Untimed("no input captured (not reached by the held-out batch)");
-      auto oi = input_observers.find(lp.info.name);
-      const ObserverSlot* as = oi == input_observers.end() ? nullptr : table.find_path(oi->second);
-      if (!as) throw Untimed("no observer found for its input");
-      auto layer = find_submodule(folded, lp.info.name);
-      const LayerKernel k = pack_layer(layer, lp.info.kind, table.qparams(ws->id));
-      std::string why =
-          time_layer(layer, k, table.qparams(as->id), xi->second, batch_sizes, ctx.timing_cache);
-      if (!why.empty()) out.emplace_back(lp.info.name, why);
-    } catch (const std::exception& e) {
-      // Left to the model-level check, and said why.
-      spdlog::info("static_ptq: layer {} not timed alone: {}", lp.info.name, e.what());
-      if (untimed) untimed->emplace_back(lp.info.name, e.what());
-    }
-  }
+  auto time = [&](const Int8Layer& l) {
+    std::string why =
+        time_layer(l.float_layer, l.kernel, l.input, l.x, batch_sizes, ctx.timing_cache);
+    if (!why.empty()) out.emplace_back(l.name, why);
+  };
+  // One that cannot be timed alone is left to the model-level check.
+  for_each_int8_layer(ctx.plan, folded, observed, table, inputs, time, untimed);
   return out;
 }
 

@@ -428,7 +428,35 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
 
 }  // namespace
 
+namespace {
+
+// Layers whose onednn kernel fails a batch-size change stay float, whatever
+// latency_check says: a crash in deployment is not a question of speed.
+void keep_batch_change_safe(QuantizeContext& ctx, StaticSession& s) {
+  nlohmann::json probed = nullptr;  // another engine: nothing to probe
+  if (ctx.backend_meta.value("engine", "") == "onednn") {
+    const auto failing = batch_change_layers(ctx, s, probed);
+    s.steps->step("batch-change probe");
+    if (!failing.empty()) {
+      std::string names;
+      for (const auto& [name, why] : failing) {
+        s.keep_float.insert(name);
+        s.reasons[name] = why;
+        names += (names.empty() ? "" : ", ") + name;
+      }
+      ctx.warn("static_ptq: " + std::to_string(failing.size()) + " layer(s) kept float (" + names +
+               "): LibTorch 1.13's onednn int8 kernels fail them when the batch size changes in "
+               "one process; the rest stays int8 (docs/reliability.md#batch-size-changes)");
+      observe_and_run(ctx, s);  // re-observe without them
+    }
+  }
+  ctx.backend_meta["batch_change"] = probed;
+}
+
+}  // namespace
+
 void convert_static(QuantizeContext& ctx, StaticSession& s) {
+  keep_batch_change_safe(ctx, s);
   for (const auto& lp : ctx.plan.layers) {  // the float biases, before they move
     auto layer = find_submodule(s.folded, lp.info.name);
     if (layer.hasattr("bias") && layer.attr("bias").isTensor())

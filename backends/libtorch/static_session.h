@@ -82,6 +82,13 @@ const ObserverSlot* input_slot(const ObserverTable& t,
                                const std::map<std::string, std::string>& inputs,
                                const std::string& layer);
 
+// The int8 layers whose onednn kernel fails when the batch size changes in
+// one process (batch_change.cpp): (layer, reason). `probed` gets what was
+// run: engine, thread counts, batch sizes, the failing layers.
+std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeContext& ctx,
+                                                                     StaticSession& s,
+                                                                     nlohmann::json& probed);
+
 // Fidelity on the held-out batch (static_report.cpp): the model's output
 // against float, then each layer's result, into ctx.
 void report_static(QuantizeContext& ctx, StaticSession& s, const torch::jit::Module& q);

@@ -13,12 +13,13 @@ machine (AMD EPYC, AVX-512 VNNI) with the static int8 MobileNetV2 of the zoo:
     scripts/diag/batch_change.py ... --threads 2 --engine qnnpack 1,8,1,32,1   # ok
     # 4,8 and 8,32 are ok: only a change between batch 1 and more fails.
 
-PyTorch's quantize_jit artifact of the same model fails the same way
-(call 1, batch 8). Keeping any one of several expansion 1x1 convolutions
-float (features.9, .14-.17 conv.0.0) avoids it, so no layer pattern is to
-blame; PyTorch #86876 fixed the reorder upstream (after 1.13). tao-quant
-runs this sequence before it publishes a static artifact and warns when it
-fails (lib/src/torch/artifact_checks.h).
+PyTorch's quantize_jit artifacts of MobileNetV2, SqueezeNet 1.1 and
+MNASNet fail the same way (call 1, batch 8). One conv alone reproduces it
+(scripts/diag/onednn_reorder_repro.py); PyTorch #86876 fixed the reorder
+upstream (after 1.13). tao-quant keeps the failing layers float
+(backends/libtorch/batch_change.cpp), runs this sequence before it
+publishes a static artifact, and refuses one that fails
+(lib/src/torch/artifact_checks.h): docs/reliability.md.
 
 Usage: batch_change.py ARTIFACT [--threads N] [--engine onednn|qnnpack]
                        [--shape 3,224,224] BATCHES (e.g. 1,8,1)

@@ -99,8 +99,9 @@ TEST_CASE("an artifact with another return type than the float model is not publ
 
 // A deployment runs batch 1, then a batch, then 1 again in one process
 // (LibTorch 1.13's onednn int8 convolutions fail such a change on some
-// models, issue 31): the check finds an artifact that fails it, and says
-// nothing of one that runs or takes a fixed batch size only.
+// models, issue 31): the check finds an artifact that fails it, names the
+// line of its code that failed, and says nothing of one that runs or takes
+// a fixed batch size only; publishing refuses the first.
 TEST_CASE("an artifact that fails when the batch size changes is found", "[artifact]") {
   const fs::path dir = temp_dir("batch_change");
   auto save = [&](const std::string& name, const std::string& body) {
@@ -125,6 +126,17 @@ TEST_CASE("an artifact that fails when the batch size changes is found", "[artif
   CHECK(tq::batch_change_problem(plain, holdout).empty());
   CHECK(tq::batch_change_problem(fixed, holdout).empty());
   CHECK(tq::batch_change_problem(plain, {torch::randn({1, 3})}).empty());  // nothing to change
-  CHECK_NOTHROW(tq::check_artifact_finite(sticky, holdout, "libtorch"));  // finite: published
+  CHECK_THAT(p, Contains("in `y = torch.view(torch.zeros("));
+  CHECK_NOTHROW(tq::check_artifact_finite(sticky, holdout, "libtorch"));  // finite
+  // Publishing refuses it (exit 1) and removes it; one that runs stays.
+  try {
+    tq::check_batch_change(sticky, holdout, "libtorch");
+    FAIL("published");
+  } catch (const tq::RuntimeError& e) {
+    CHECK_THAT(e.what(), Contains("fails when the batch size changes") &&
+                             Contains("it was not published") && Contains("skip_names"));
+  }
+  CHECK_FALSE(fs::exists(sticky));
+  CHECK_NOTHROW(tq::check_batch_change(plain, holdout, "libtorch"));
   CHECK(fs::exists(plain));
 }

@@ -20,4 +20,10 @@ namespace tq {
 // batch 1 at all (a fixed batch size: nothing changes in deployment).
 std::string batch_change_problem(const std::string& path, const std::vector<at::Tensor>& holdout);
 
+// Publishing's form of batch_change_problem: a failure removes the artifact
+// at `path` and throws RuntimeError (exit 1) with what failed, the
+// artifact's code line that failed, and what to do.
+void check_batch_change(const std::string& path, const std::vector<at::Tensor>& holdout,
+                        const std::string& backend);
+
 }  // namespace tq

@@ -94,18 +94,51 @@ std::string error_line(const std::string& what) {
 
 }  // namespace
 
+namespace {
+
+// Removes the unpublished artifact and says why.
+[[noreturn]] void refuse_artifact(const std::string& path, const std::string& backend,
+                                  const std::string& problem, const std::string& advice) {
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  throw RuntimeError("the artifact written by backend '" + backend + "' " + problem +
+                     "; it was not published (the earlier result, if any, is kept" + advice + ")");
+}
+
+// The artifact's code line a TorchScript error points at (the line above
+// the first "<--- HERE" marker), trimmed; "" when there is none.
+std::string error_site(const std::string& what) {
+  const auto here = what.find("<--- HERE");
+  if (here == std::string::npos) return "";
+  const auto marker_line = what.rfind('\n', here);
+  if (marker_line == std::string::npos || marker_line == 0) return "";
+  const auto start = what.rfind('\n', marker_line - 1);
+  std::string line = what.substr(start == std::string::npos ? 0 : start + 1,
+                                 marker_line - (start == std::string::npos ? 0 : start + 1));
+  line.erase(0, line.find_first_not_of(" \t"));
+  return line.size() > 160 ? line.substr(0, 157) + "..." : line;
+}
+
+}  // namespace
+
 void check_artifact_finite(const std::string& path, const std::vector<at::Tensor>& holdout,
                            const std::string& backend) {
   const std::string problem = artifact_problem(path, holdout);
   if (problem.empty()) return;
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
-  throw RuntimeError("the artifact written by backend '" + backend + "' " + problem +
-                     "; it was not published (the earlier result, if any, is kept" +
-                     (problem.rfind("has a non-finite", 0) == 0
-                          ? "; a float model or data that is already non-finite there gives this "
-                            "too)"
-                          : ")"));
+  refuse_artifact(path, backend, problem,
+                  problem.rfind("has a non-finite", 0) == 0
+                      ? "; a float model or data that is already non-finite there gives this too"
+                      : "");
+}
+
+void check_batch_change(const std::string& path, const std::vector<at::Tensor>& holdout,
+                        const std::string& backend) {
+  const std::string problem = batch_change_problem(path, holdout);
+  if (problem.empty()) return;
+  refuse_artifact(path, backend, problem,
+                  "; a LibTorch 1.13 onednn defect that tao-quant's per-layer probe did not "
+                  "find: keep the layer of that line float with skip_names, or use "
+                  "backend_kwargs.engine: qnnpack; docs/reliability.md#batch-size-changes");
 }
 
 // See artifact_checks.h.
@@ -145,7 +178,9 @@ std::string batch_change_problem(const std::string& path, const std::vector<at::
   } catch (const std::exception& e) {
     return "fails when the batch size changes (batch 1, " + std::to_string(x0.size(0)) +
            ", then 1 in one process, as a deployment runs it; it failed at batch " +
-           std::to_string(at_batch) + "): " + error_line(e.what());
+           std::to_string(at_batch) +
+           (error_site(e.what()).empty() ? "" : ", in `" + error_site(e.what()) + "`") +
+           "): " + error_line(e.what());
   }
   return "";
 }

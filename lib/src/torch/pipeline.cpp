@@ -35,13 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 const auto since = seconds_since;
 
-// What to do about an artifact that fails a batch-size change (it is still
-// published: at one batch size it runs, and as fast).
-constexpr const char* kBatchChangeAdvice =
-    "; it runs at one batch size: serve a fixed batch size, or load it with the qnnpack "
-    "engine (torch.backends.quantized.engine = 'qnnpack'), which runs every batch size (a "
-    "LibTorch 1.13 onednn defect, docs/reliability.md#batch-size-changes)";
-
 size_t file_size_or_zero(const std::string& p) {
   std::error_code ec;
   auto n = fs::file_size(p, ec);
@@ -440,8 +433,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   const std::string partial = partial_path(out.artifact_path);
   save_artifact(*quantizer, ctx, partial, return_type, opts.verbose);
   check_artifact_finite(partial, holdout, out.requested_backend);  // removes it when not
-  if (const std::string p = batch_change_problem(partial, holdout); !p.empty())
-    out.warnings.push_back("the artifact " + p + kBatchChangeAdvice);
+  check_batch_change(partial, holdout, out.requested_backend);     // removes it when it fails
   times.save_s = since(t0);
   out.artifact_file_bytes = file_size_or_zero(partial);
   out.total_seconds = since(t_start);

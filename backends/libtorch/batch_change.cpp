@@ -1,0 +1,104 @@
+// The batch-change probe (issue 31): LibTorch 1.13's onednn int8 kernels
+// pack a layer's weight in the blocked layout chosen for a dummy input; the
+// first call caches a primitive for its batch size, and a later call at
+// another batch size reorders the packed weight to the layout chosen for
+// that size. oneDNN has no reorder between some pairs of blocked layouts
+// ("could not create a primitive descriptor for a reorder primitive"; fixed
+// upstream by PyTorch #86876, through the plain layout). Which layers fail
+// depends on the layer's shape, its input's spatial size, the thread count
+// and the CPU (measured on AVX-512 VNNI: 1x1 convolutions such as 64 -> 192
+// channels on 13x13, 64 -> 576 on 14x14, at 2 threads; never at 1), so no
+// rule predicts it: each int8 layer is run alone, packed afresh as a fresh
+// load packs it, at batch 1, then each larger batch size and 1 again.
+#include <ATen/Parallel.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "latency.h"
+#include "layer_kernel.h"
+#include "static_session.h"
+#include "taoquant/latency.h"
+#include "taoquant/strings.h"
+
+namespace tq::libtorch {
+
+namespace {
+
+// The thread counts a deployment is likely to run at: this run's (at least
+// 2: one thread never showed the defect) and every core of this machine.
+std::vector<int> probe_threads() {
+  std::set<int> t = {std::max(2, at::get_num_threads())};
+  t.insert(std::max(2, static_cast<int>(std::thread::hardware_concurrency())));
+  return {t.begin(), t.end()};
+}
+
+// Batch 1, then each size and 1 again; "" when every call ran, else what
+// failed.
+std::string run_sequence(const Int8Layer& l, const std::vector<int64_t>& sizes, int threads) {
+  int64_t prev = 1, bs = 1;
+  try {
+    (void)run_kernel(l.kernel, resize_batch(l.x, 1), l.input);
+    for (int64_t n : sizes) {
+      for (int64_t b : {n, int64_t{1}}) {
+        bs = b;
+        (void)run_kernel(l.kernel, resize_batch(l.x, b), l.input);
+        prev = b;
+      }
+    }
+  } catch (const std::exception& e) {
+    return "run alone on its " + shape_text(l.x) + " input at " + std::to_string(threads) +
+           " threads, it failed at batch " + std::to_string(bs) + " after batch " +
+           std::to_string(prev) + ": " + first_line(e.what());
+  }
+  return "";
+}
+
+struct RestoreThreads {
+  int n = at::get_num_threads();
+  ~RestoreThreads() {
+    if (at::get_num_threads() != n) at::set_num_threads(n);
+  }
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeContext& ctx,
+                                                                     StaticSession& s,
+                                                                     nlohmann::json& probed) {
+  std::set<int64_t> larger(s.latency_batch_sizes.begin(), s.latency_batch_sizes.end());
+  if (!s.holdout.empty() && s.holdout.front().dim() > 0) larger.insert(s.holdout.front().size(0));
+  larger.erase(larger.begin(), larger.upper_bound(1));
+  const std::vector<int64_t> sizes(larger.begin(), larger.end());
+  const std::vector<int> threads = probe_threads();
+  probed = {{"engine", ctx.backend_meta.value("engine", "")},
+            {"threads", threads},
+            {"batch_sizes", sizes},
+            {"kept_float", nlohmann::json::array()}};
+  std::vector<std::pair<std::string, std::string>> out;
+  if (sizes.empty()) return out;
+  RestoreThreads restore;
+  std::set<std::string> failed;
+  for (int t : threads) {
+    at::set_num_threads(t);
+    auto probe = [&](const Int8Layer& l) {
+      if (failed.count(l.name)) return;
+      const std::string why = run_sequence(l, sizes, t);
+      if (why.empty()) return;
+      failed.insert(l.name);
+      probed["kept_float"].push_back(l.name);
+      out.emplace_back(l.name,
+                       "LibTorch 1.13's onednn int8 kernel of this layer fails when the batch "
+                       "size changes (" +
+                           why +
+                           "): kept float so that the artifact runs at every batch size "
+                           "(docs/reliability.md#batch-size-changes)");
+    };
+    for_each_int8_layer(ctx.plan, s.folded, s.observed, *s.table, s.capture().inputs, probe);
+  }
+  return out;
+}
+
+}  // namespace tq::libtorch

@@ -1,0 +1,109 @@
+#include "layer_kernel.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/script.h>
+
+#include <spdlog/spdlog.h>
+
+#include "latency.h"
+
+namespace tq::libtorch {
+
+namespace {
+
+c10::IValue type_constant(const torch::jit::Module& m, const char* name) {
+  auto t = m.type();
+  if (!t->hasConstant(name)) return c10::IValue();
+  return t->getConstant(name);
+}
+
+std::vector<int64_t> int_list(const c10::IValue& v) {
+  std::vector<int64_t> l;
+  if (v.isTuple())
+    for (const auto& e : v.toTupleRef().elements()) l.push_back(e.toInt());
+  else
+    l = v.toIntVector();
+  return l;
+}
+
+std::string ints_text(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+}  // namespace
+
+std::vector<c10::IValue> call_op(const char* name, const char* overload,
+                                 std::vector<c10::IValue> args) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  torch::jit::Stack stack(std::move(args));
+  op.callBoxed(&stack);
+  return stack;
+}
+
+LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq) {
+  auto op = jit::quantized_op(kind);
+  if (!op) throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
+  at::Tensor w = layer.attr("weight").toTensor().detach();
+  c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
+  auto scales = torch::tensor(wq.scale, torch::kDouble);
+  at::Tensor qw = wq.per_channel
+                      ? at::quantize_per_channel(
+                            w, scales, torch::zeros({scales.numel()}, torch::kLong), 0, c10::kQInt8)
+                      : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
+  std::string key = "layer/" + std::string(to_string(kind)) + "/w=" + shape_text(w, 0) +
+                    (bias.isTensor() ? "/bias" : "") +
+                    (wq.per_channel ? "/per_channel" : "/per_tensor");
+  if (kind == LayerKind::kLinear)
+    return {*op, call_op(op->prepack, "", {qw, bias}).at(0), kind, key};
+  auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
+       dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
+  if (!stride.isTuple() && !stride.isIntList()) throw Untimed("stride is not a list of ints");
+  if (!padding.isTuple() && !padding.isIntList())
+    throw Untimed("padding is not a list of ints ('same'/'valid')");
+  auto packed =
+      call_op(op->prepack, "",
+              {qw, bias, int_list(stride), int_list(padding), int_list(dilation), groups.toInt()})
+          .at(0);
+  key += "/s=" + ints_text(int_list(stride)) + "/p=" + ints_text(int_list(padding)) +
+         "/d=" + ints_text(int_list(dilation)) + "/g=" + std::to_string(groups.toInt());
+  return {*op, packed, kind, key};
+}
+
+at::Tensor run_kernel(const LayerKernel& k, const at::Tensor& x, const QParams& aq) {
+  auto xq = at::quantize_per_tensor(x, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
+  return call_op(k.op.op, k.op.overload,
+                 {xq, k.packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])})
+      .at(0)
+      .toTensor();
+}
+
+void for_each_int8_layer(const Plan& plan, const torch::jit::Module& folded,
+                         const torch::jit::Module& observed, ObserverTable& table,
+                         const std::map<std::string, at::Tensor>& inputs,
+                         const std::function<void(const Int8Layer&)>& fn,
+                         std::vector<std::pair<std::string, std::string>>* skipped) {
+  torch::NoGradGuard ng;
+  const auto input_observers = layer_input_observers(observed);
+  for (const auto& lp : plan.layers) {
+    const ObserverSlot* ws = table.find_label(lp.info.name + ":weight");
+    if (!ws) continue;  // not int8
+    try {
+      auto xi = inputs.find(lp.info.name);
+      if (xi == inputs.end())
+        throw Untimed("no input captured (not reached by the held-out batch)");
+      auto oi = input_observers.find(lp.info.name);
+      const ObserverSlot* as = oi == input_observers.end() ? nullptr : table.find_path(oi->second);
+      if (!as) throw Untimed("no observer found for its input");
+      const auto layer = find_submodule(folded, lp.info.name);
+      const LayerKernel k = pack_layer(layer, lp.info.kind, table.qparams(ws->id));
+      fn({lp.info.name, layer, k, table.qparams(as->id), xi->second});
+    } catch (const std::exception& e) {
+      spdlog::info("static_ptq: layer {} not run alone: {}", lp.info.name, e.what());
+      if (skipped) skipped->emplace_back(lp.info.name, e.what());
+    }
+  }
+}
+
+}  // namespace tq::libtorch
