@@ -9,7 +9,9 @@
 #      when the tests already made it)
 #   3. tao-quant quantize: weight-only (runs/demo/weight_only) and static
 #      (runs/demo/static), each writing quantize_report.{json,html}
-#   4. scripts/eval_torch.py on the float model and both artifacts
+#   4. scripts/eval_torch.py (top-1) and scripts/bench/speed_table.py (latency,
+#      interleaved in one process, disturbed rounds dropped and flagged) on the
+#      float model and both artifacts
 # Environment: BUILD_DIR (default build/), THREADS (default 2), SETUP=0
 #              skips step 1 (a tree that is already built).
 # Works from any directory: it runs from the repository root, where the
@@ -50,29 +52,46 @@ step "tao-quant quantize: static int8 (calibrated on models/fmnist/calib.npz)"
   dataset.quant_calibration_dataset.data_file=models/fmnist/calib.npz "$@"
 
 DATA="models/fmnist/test.npz"
+FLOAT=models/fmnist/cnn.pt
+WO=runs/demo/weight_only/quantized_model_libtorch.pth
+ST=runs/demo/static/quantized_model_libtorch.pth
 step "checking the three models in plain PyTorch on ${DATA} (10000 images)"
-eval_model() {
-  "${PY}" scripts/eval_torch.py "$1" "${DATA}" --json --threads "${THREADS}" --latency 1,32
-}
-float_json="$(eval_model models/fmnist/cnn.pt)"
-wo_json="$(eval_model runs/demo/weight_only/quantized_model_libtorch.pth)"
-st_json="$(eval_model runs/demo/static/quantized_model_libtorch.pth)"
+eval_model() { "${PY}" scripts/eval_torch.py "$1" "${DATA}" --json --threads "${THREADS}"; }
+float_json="$(eval_model "${FLOAT}")"
+wo_json="$(eval_model "${WO}")"
+st_json="$(eval_model "${ST}")"
+# Latency of the three side by side in one process, interleaved; rounds that
+# other processes disturbed are dropped, and a figure that stays disturbed
+# is marked (scripts/bench/speed_table.py).
+speed_json="$("${PY}" scripts/bench/speed_table.py "${FLOAT}" "${WO}" "${ST}" --data "${DATA}" \
+  --batches 1,32 --threads "${THREADS}")"
 
-"${PY}" - "${float_json}" "${wo_json}" "${st_json}" <<'PYEOF'
+"${PY}" - "${float_json}" "${wo_json}" "${st_json}" "${speed_json}" <<'PYEOF'
 import json, sys
+speed = json.loads(sys.argv[4])["models"]
 rows = [("float", json.loads(sys.argv[1])), ("weight-only int8", json.loads(sys.argv[2])),
         ("static int8", json.loads(sys.argv[3]))]
-base = rows[0][1]
+lats = list(speed.values())  # in the order given: float, weight-only, static
+base = lats[0]
+contended = False
+def cell(s, fmt):
+    global contended
+    contended = contended or s["contended"]
+    return fmt % s["median_ms"] + (" (contended)" if s["contended"] else "")
 print()
-print("| model | file (MB) | top-1 | latency b1 (ms) | latency b32 (ms) | speed-up b32 |")
-print("|---|---:|---:|---:|---:|---:|")
-for name, r in rows:
-    lat = r["latency_ms"]
-    print("| %s | %.3f | %.4f | %.3f | %.3f | %.2fx |"
-          % (name, r["model_size_bytes"] / 1e6, r["top1"], lat["1"], lat["32"],
-             base["latency_ms"]["32"] / lat["32"]))
+print("| model | file (MB) | top-1 | latency b1 (ms) | latency b32 (ms) | speed-up b1 | speed-up b32 |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for (name, r), lat in zip(rows, lats):
+    sp = ["%.2fx%s" % (base[b]["median_ms"] / lat[b]["median_ms"],
+                       "?" if base[b]["contended"] or lat[b]["contended"] else "") for b in ("1", "32")]
+    print("| %s | %.3f | %.4f | %s | %s | %s | %s |"
+          % (name, r["model_size_bytes"] / 1e6, r["top1"], cell(lat["1"], "%.3f"),
+             cell(lat["32"], "%.3f"), sp[0], sp[1]))
 print()
-print("(plain PyTorch: torch.jit.load + forward, no tao-quant code; median latency)")
+print("(plain PyTorch: torch.jit.load + forward, no tao-quant code; medians of interleaved rounds)")
+if contended:
+    print("(contended: other processes took this machine's CPUs in too many rounds; a figure marked"
+          " so, and a speed-up marked ?, is not a clean one: rerun on an idle machine)")
 PYEOF
 
 step "done"

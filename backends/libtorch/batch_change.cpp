@@ -63,8 +63,9 @@ struct RestoreThreads {
   }
 };
 
-}  // namespace
-
+// The int8 layers whose kernel fails the sequence: (layer, reason).
+// `probed` gets what was run: engine, thread counts, batch sizes, the
+// failing layers.
 std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeContext& ctx,
                                                                      StaticSession& s,
                                                                      nlohmann::json& probed) {
@@ -99,6 +100,31 @@ std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeCon
     for_each_int8_layer(ctx.plan, s.folded, s.observed, *s.table, s.capture().inputs, probe);
   }
   return out;
+}
+
+}  // namespace
+
+// Whatever latency_check says: a crash in deployment is not a question of
+// speed.
+void keep_batch_change_safe(QuantizeContext& ctx, StaticSession& s) {
+  nlohmann::json probed = nullptr;  // another engine: nothing to probe
+  if (ctx.backend_meta.value("engine", "") == "onednn") {
+    const auto failing = batch_change_layers(ctx, s, probed);
+    s.steps->step("batch-change probe");
+    if (!failing.empty()) {
+      std::string names;
+      for (const auto& [name, why] : failing) {
+        s.keep_float.insert(name);
+        s.reasons[name] = why;
+        names += (names.empty() ? "" : ", ") + name;
+      }
+      ctx.warn("static_ptq: " + std::to_string(failing.size()) + " layer(s) kept float (" + names +
+               "): LibTorch 1.13's onednn int8 kernels fail them when the batch size changes in "
+               "one process; the rest stays int8 (docs/reliability.md#batch-size-changes)");
+      observe_and_run(ctx, s);  // re-observe without them
+    }
+  }
+  ctx.backend_meta["batch_change"] = probed;
 }
 
 }  // namespace tq::libtorch

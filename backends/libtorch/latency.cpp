@@ -32,10 +32,13 @@ class BatchLadder {
     return clear_win_at_ > 0 && estimate_ms(bs) > kInferAboveMs ? clear_win_at_ : 0;
   }
   double estimate_ms(int64_t bs) const { return fp32_ms_per_sample_ * static_cast<double>(bs); }
-  // Records a measurement; false when int8 was slower (stop here).
-  bool record(int64_t bs, double fp32_ms, double int8_ms) {
-    fp32_ms_per_sample_ = fp32_ms / static_cast<double>(bs);
-    if (int8_ms <= kInferRatio * fp32_ms) clear_win_at_ = bs;
+  // Records a measurement; false when int8 was slower (stop here). A
+  // contended one infers nothing.
+  bool record(int64_t bs, double fp32_ms, double int8_ms, bool contended = false) {
+    if (!contended) {
+      fp32_ms_per_sample_ = fp32_ms / static_cast<double>(bs);
+      if (int8_ms <= kInferRatio * fp32_ms) clear_win_at_ = bs;
+    }
     return int8_ms <= fp32_ms;
   }
 
@@ -44,29 +47,38 @@ class BatchLadder {
   int64_t clear_win_at_ = 0;       // a measured batch where int8 took <= kInferRatio of fp32
 };
 
+// A float and an int8 time, and whether other processes took the CPUs
+// while they were measured (after retries: latency.h).
+struct Timed {
+  double fp32 = 0, int8 = 0;
+  bool contended = false;
+};
+
 // Interleaved medians: a short look; a clear difference (either way, 25% or
 // more) needs no more precision, a close call gets the full budget.
 template <class FA, class FB>
-std::pair<double, double> look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms) {
-  auto [ta, tb] = ab_medians_ms(a, b, 3, 15, warm);
-  if (tb > 0.75 * ta && tb < 1.33 * ta)
-    std::tie(ta, tb) = ab_medians_ms(a, b, full_reps, full_budget_ms, /*warm=*/false);
-  return {ta, tb};
+Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms) {
+  Timed t;
+  std::tie(t.fp32, t.int8) = ab_medians_ms(a, b, 3, 15, warm, &t.contended);
+  if (t.int8 > 0.75 * t.fp32 && t.int8 < 1.33 * t.fp32)
+    std::tie(t.fp32, t.int8) =
+        ab_medians_ms(a, b, full_reps, full_budget_ms, /*warm=*/false, &t.contended);
+  return t;
 }
 
 // The fp32 and int8 times of `key`: from the cache when it holds both, else
-// measured and recorded.
+// measured and recorded (a contended one too: the cache is what makes the
+// decisions reproducible; the run warns that it was contended).
 template <class Measure>
-std::pair<double, double> timed_pair(TimingCache* cache, const std::string& key,
-                                     Measure&& measure) {
+Timed timed_pair(TimingCache* cache, const std::string& key, Measure&& measure) {
   if (cache) {
     if (auto f = cache->find(key + "/fp32"))
-      if (auto q = cache->find(key + "/int8")) return {*f, *q};
+      if (auto q = cache->find(key + "/int8")) return {*f, *q, false};
   }
-  const std::pair<double, double> r = measure();
+  const Timed r = measure();
   if (cache) {
-    cache->put(key + "/fp32", r.first);
-    cache->put(key + "/int8", r.second);
+    cache->put(key + "/fp32", r.fp32);
+    cache->put(key + "/int8", r.int8);
   }
   return r;
 }
@@ -105,19 +117,22 @@ namespace {
 // profiling executor profiles the first call and compiles its plan on the
 // second), then one timed call each: for calls of 10 ms or more a 2x
 // difference is beyond the machine's noise; closer calls get medians.
-std::pair<double, double> measure_models(torch::jit::Module& f, torch::jit::Module& q,
-                                         const std::vector<at::Tensor>& sample, int64_t bs) {
+Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
+                     const std::vector<at::Tensor>& sample, int64_t bs) {
   std::vector<c10::IValue> in;
   for (const auto& t : sample) in.emplace_back(resize_batch(t, bs));
   auto run_f = [&] { f.forward(in); };
   auto run_q = [&] { q.forward(in); };
-  const double wf = time_ms(run_f, 1), wq = time_ms(run_q, 1);
-  if (std::max(wf, wq) > 500 && (wq <= 0.5 * wf || wf <= 0.5 * wq))
-    return {wf, wq};  // one cold call of a slow run is decisive
+  auto decisive = [](const Round& a, const Round& b, double above_ms) {
+    return std::max(a.ms, b.ms) > above_ms && (b.ms <= 0.5 * a.ms || a.ms <= 0.5 * b.ms) &&
+           !a.contended() && !b.contended();
+  };
+  const Round cf = time_round(run_f), cq = time_round(run_q);
+  if (decisive(cf, cq, 500)) return {cf.ms, cq.ms, false};  // one cold call of a slow run
   run_f();
   run_q();
-  const double tf = time_ms(run_f, 1), tq = time_ms(run_q, 1);
-  if (tf >= kDecisiveMs && (tq <= 0.5 * tf || tf <= 0.5 * tq)) return {tf, tq};
+  const Round tf = time_round(run_f), tq = time_round(run_q);
+  if (decisive(tf, tq, kDecisiveMs)) return {tf.ms, tq.ms, false};
   return look(run_f, run_q, /*warm=*/false, 7, 300);
 }
 
@@ -131,18 +146,32 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
   torch::NoGradGuard ng;
   torch::jit::Module f = fp32, q = int8;
   std::sort(batch_sizes.begin(), batch_sizes.end());
+  batch_sizes.erase(std::unique(batch_sizes.begin(), batch_sizes.end()), batch_sizes.end());
+  auto measure = [&](int64_t bs) {
+    const Timed t = timed_pair(cache, key + "/bs=" + std::to_string(bs),
+                               [&] { return measure_models(f, q, sample, bs); });
+    return LatencyPair{bs, t.fp32, t.int8, 0, t.contended};
+  };
   std::vector<LatencyPair> out;
   BatchLadder ladder;
-  for (int64_t bs : batch_sizes) {
+  size_t i = 0;
+  for (; i < batch_sizes.size(); ++i) {  // ascending, up to the first where int8 is slower
+    const int64_t bs = batch_sizes[i];
     if (int64_t from = ladder.inferred_from(bs)) {
       out.push_back({bs, ladder.estimate_ms(bs), 0, from});
       continue;
     }
-    const auto [tf, tq] = timed_pair(cache, key + "/bs=" + std::to_string(bs),
-                                     [&] { return measure_models(f, q, sample, bs); });
-    out.push_back({bs, tf, tq, 0});
-    if (!ladder.record(bs, tf, tq)) break;
+    out.push_back(measure(bs));
+    if (!ladder.record(bs, out.back().fp32_ms, out.back().int8_ms, out.back().contended)) break;
   }
+  // Slower at batch_sizes[i]: from the largest down to the next loss, where
+  // int8 wins again (the crossover the report names).
+  std::vector<LatencyPair> top;
+  for (size_t j = batch_sizes.size(); j-- > i + 1;) {
+    top.push_back(measure(batch_sizes[j]));
+    if (top.back().int8_ms > top.back().fp32_ms) break;
+  }
+  out.insert(out.end(), top.rbegin(), top.rend());
   return out;
 }
 
@@ -156,7 +185,8 @@ void profile_dynamic(TimingCache& cache, const LayerKernel& k, const at::Tensor&
   if (k.kind != LayerKind::kLinear || cache.find(key + "/int8_dynamic")) return;
   auto run_d = [&] { call_op("quantized::linear_dynamic", "", {xb, k.packed, false}); };
   try {
-    cache.put(key + "/int8_dynamic", look(run_f, run_d, true, 5, 100).second);
+    const Timed t = look(run_f, run_d, true, 5, 100);
+    cache.put(key + "/int8_dynamic", t.int8);
   } catch (const std::exception& e) {
     spdlog::info("profile: no dynamic int8 timing for {}: {}", key, e.what());
   }
@@ -181,11 +211,13 @@ std::string time_layer(const torch::jit::Module& float_layer, const LayerKernel&
     auto run_f = [&] { layer.forward({xb}); };
     auto run_q = [&] { run_kernel(k, xb, aq).dequantize(); };
     const std::string key = k.key + "/x=" + shape_text(x) + "/bs=" + std::to_string(bs);
-    auto [tf, tq] = timed_pair(cache, key, [&] { return look(run_f, run_q, true, 5, 100); });
+    const Timed t = timed_pair(cache, key, [&] { return look(run_f, run_q, true, 5, 100); });
+    const double tf = t.fp32, tq = t.int8;
     if (cache && cache->profile_all) profile_dynamic(*cache, k, xb, key, run_f);
     detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) + ": int8 " +
-              format_ms(tq) + " vs fp32 " + format_ms(tf);
-    if (!ladder.record(bs, tf, tq)) return "int8 slower than fp32 for this layer (" + detail + ")";
+              format_ms(tq) + " vs fp32 " + format_ms(tf) + (t.contended ? " (contended)" : "");
+    if (!ladder.record(bs, tf, tq, t.contended))
+      return "int8 slower than fp32 for this layer (" + detail + ")";
   }
   return "";
 }

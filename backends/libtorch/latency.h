@@ -24,6 +24,9 @@ struct LatencyPair {
   // > 0: not measured; int8 was at most kInferRatio of fp32 at this smaller
   // batch, and fp32_ms is the estimate that made measuring too costly.
   int64_t inferred_from = 0;
+  // Other processes took the CPUs while it was measured, even after retries
+  // (taoquant/latency.h): flagged in the report, and the run warns.
+  bool contended = false;
 };
 
 // A larger batch is inferred, not measured, when int8 took at most this
@@ -34,8 +37,10 @@ constexpr double kInferAboveMs = 100;
 // A single timed call of at least this length decides a 2x difference.
 constexpr double kDecisiveMs = 10;
 
-// Float model vs int8 model on `sample` resized to each batch size (in
-// ascending order, up to the first where int8 is slower). Each pair comes
+// Float model vs int8 model on `sample` resized to each batch size: in
+// ascending order up to the first where int8 is slower, then from the
+// largest down to the next where it is slower (so a crossover is found
+// both ways); the result is in ascending order. Each pair comes
 // from `cache` under `key` when it holds it, else is measured and recorded
 // there (`cache` may be null: measure, keep nothing).
 std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,

@@ -178,8 +178,8 @@ jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {
   return qd;
 }
 
-// Inserts observers for the plan (minus `keep_float`) and runs the calibration
-// batches. Fills s.table, s.observed.
+}  // namespace
+
 void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
   const jit::QConfigs qd = static_qconfig(ctx.plan, s);
   auto& table = *s.table;
@@ -226,8 +226,6 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
   s.holdout = s.data->holdout();
   s.steps->step("calibration batches");
 }
-
-}  // namespace
 
 std::shared_ptr<StaticSession> calibrate_static(QuantizeContext& ctx, CalibrationData& data) {
   auto session = std::make_shared<StaticSession>();
@@ -280,14 +278,14 @@ const ObserverSlot* input_slot(const ObserverTable& t,
   return it == inputs.end() ? nullptr : t.find_path(it->second);
 }
 
-namespace {
-
 Module convert_observed(Module& observed) {
   // A shallow copy again: the pass adds attributes and rewrites graphs; the
   // quantized weights it makes are new tensors.
   Module copy = observed.clone(/*inplace=*/true);
   return finish_quantized(jit::insert_quant_dequant(copy, QuantType::kStatic), QuantType::kStatic);
 }
+
+namespace {
 
 // The observed copy is what converts: a bias shift made in `folded` goes
 // there too, unless the two share the tensor.
@@ -332,7 +330,8 @@ void correct_static_biases(QuantizeContext& ctx, StaticSession& s) {
   s.steps->step("bias correction");
 }
 
-// Layers the latency check keeps float keep their float bias too.
+}  // namespace
+
 void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s) {
   for (auto it = s.shifts.begin(); it != s.shifts.end();) {
     if (!s.keep_float.count(it->first)) {
@@ -346,114 +345,6 @@ void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s) {
     it = s.shifts.erase(it);
   }
 }
-
-}  // namespace
-
-namespace {
-
-// The int8 model against the float one at each batch size (entries appended
-// to `speed` for the report): "" when int8 is nowhere slower, else the figures.
-std::string slower_than_float(const QuantizeContext& ctx, const StaticSession& s, const Module& q,
-                              const char* stage, nlohmann::json& speed) {
-  auto cmp = compare_model_latency(ctx.model, q, s.holdout, s.latency_batch_sizes, ctx.timing_cache,
-                                   model_timing_key(ctx, *s.table, s.holdout));
-  bool slower = false;
-  std::string detail;
-  for (const auto& c : cmp) {
-    if (c.inferred_from > 0) {
-      speed.push_back({{"stage", stage},
-                       {"batch_size", c.batch_size},
-                       {"fp32_ms_estimate", c.fp32_ms},
-                       {"inferred_from_batch_size", c.inferred_from}});
-      continue;
-    }
-    speed.push_back({{"stage", stage},
-                     {"batch_size", c.batch_size},
-                     {"fp32_ms", c.fp32_ms},
-                     {"int8_ms", c.int8_ms}});
-    slower = slower || c.int8_ms > c.fp32_ms;
-    detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(c.batch_size) +
-              ": int8 " + format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms);
-  }
-  return slower ? detail : std::string();
-}
-
-// Never slower than float: measure the int8 model against the float one; if
-// it is slower at a batch size, time each layer alone and keep the layers
-// whose int8 op is slower float; if it is still slower, keep all. Returns the
-// model to ship.
-Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
-  if (ctx.timing_cache) ctx.timing_cache->bind_engine(ctx.backend_meta.value("engine", ""));
-  nlohmann::json speed = nlohmann::json::array();
-  std::string why = slower_than_float(ctx, s, q, "planned", speed);
-  if (why.empty() && ctx.timing_cache && ctx.timing_cache->profile_all)
-    (void)slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture().inputs,
-                             s.latency_batch_sizes);  // `profile`: every layer into the cache
-  if (!why.empty()) {
-    auto slower = slower_int8_layers(ctx, s.folded, s.observed, *s.table, s.capture().inputs,
-                                     s.latency_batch_sizes);
-    for (const auto& [name, reason] : slower) {
-      s.keep_float.insert(name);
-      s.reasons[name] = reason;
-    }
-    s.steps->step("latency check");
-    bool any_int8 = false;  // a layer still planned for int8
-    for (const auto& lp : ctx.plan.layers)
-      any_int8 = any_int8 || (lp.quantized() && !s.keep_float.count(lp.info.name));
-    if (!any_int8) {
-      ctx.warn(
-          "static_ptq: every planned layer is slower in int8 than in fp32 on this machine; "
-          "the artifact keeps every layer float");
-      q = ctx.model.clone();  // the original float model: its fused inference paths intact
-    } else if (!slower.empty()) {
-      undo_bias_corrections(ctx, s);
-      observe_and_run(ctx, s);  // re-observe without them
-      snap_biases(ctx, s);
-      q = convert_observed(s.observed);
-      s.steps->step("convert");
-      why = slower_than_float(ctx, s, q, "without slower layers", speed);
-    }
-    if (any_int8 && !why.empty()) {
-      why = "int8 model slower than fp32 on this machine (" + why + ")";
-      ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float");
-      for (const auto& lp : ctx.plan.layers)
-        if (!s.reasons.count(lp.info.name)) s.reasons[lp.info.name] = why;
-      q = ctx.model.clone();  // the original float model: its fused inference paths intact
-    }
-  }
-  s.steps->step("latency check");
-  ctx.backend_meta["latency_check"] = speed;
-  return q;
-}
-
-}  // namespace
-
-namespace {
-
-// Layers whose onednn kernel fails a batch-size change stay float, whatever
-// latency_check says: a crash in deployment is not a question of speed.
-void keep_batch_change_safe(QuantizeContext& ctx, StaticSession& s) {
-  nlohmann::json probed = nullptr;  // another engine: nothing to probe
-  if (ctx.backend_meta.value("engine", "") == "onednn") {
-    const auto failing = batch_change_layers(ctx, s, probed);
-    s.steps->step("batch-change probe");
-    if (!failing.empty()) {
-      std::string names;
-      for (const auto& [name, why] : failing) {
-        s.keep_float.insert(name);
-        s.reasons[name] = why;
-        names += (names.empty() ? "" : ", ") + name;
-      }
-      ctx.warn("static_ptq: " + std::to_string(failing.size()) + " layer(s) kept float (" + names +
-               "): LibTorch 1.13's onednn int8 kernels fail them when the batch size changes in "
-               "one process; the rest stays int8 (docs/reliability.md#batch-size-changes)");
-      observe_and_run(ctx, s);  // re-observe without them
-    }
-  }
-  ctx.backend_meta["batch_change"] = probed;
-}
-
-}  // namespace
 
 void convert_static(QuantizeContext& ctx, StaticSession& s) {
   keep_batch_change_safe(ctx, s);

@@ -82,12 +82,30 @@ const ObserverSlot* input_slot(const ObserverTable& t,
                                const std::map<std::string, std::string>& inputs,
                                const std::string& layer);
 
-// The int8 layers whose onednn kernel fails when the batch size changes in
-// one process (batch_change.cpp): (layer, reason). `probed` gets what was
-// run: engine, thread counts, batch sizes, the failing layers.
-std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeContext& ctx,
-                                                                     StaticSession& s,
-                                                                     nlohmann::json& probed);
+// Inserts observers for the plan (minus `s.keep_float`) and runs the
+// calibration batches: fills s.table, s.observed (static_ptq.cpp).
+void observe_and_run(QuantizeContext& ctx, StaticSession& s);
+
+// The observed model -> the int8 module (a shallow copy converts).
+torch::jit::Module convert_observed(torch::jit::Module& observed);
+
+// Layers kept float after bias correction get their float bias back.
+void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s);
+
+// With the onednn engine, the int8 layers whose kernel fails when the batch
+// size changes in one process stay float (s.keep_float, s.reasons, a
+// warning), and the model is observed again without them; the report's
+// backend.meta.batch_change says what was run (batch_change.cpp).
+void keep_batch_change_safe(QuantizeContext& ctx, StaticSession& s);
+
+// The batch sizes the never-slower promise covers: each listed size and
+// every power of two between two listed ones ([1, 32] -> 1, 2, 4, 8, 16, 32).
+std::vector<int64_t> covered_batch_sizes(std::vector<int64_t> listed);
+
+// Never slower than float over the covered batch sizes (never_slower.cpp):
+// measures int8 `q` against float; where it is slower, keeps the slower
+// layers float, then every layer. Returns the model to ship.
+torch::jit::Module never_slower(QuantizeContext& ctx, StaticSession& s, torch::jit::Module q);
 
 // Fidelity on the held-out batch (static_report.cpp): the model's output
 // against float, then each layer's result, into ctx.

@@ -459,25 +459,45 @@ TEST_CASE("static int8: the never-slower check measures, infers or keeps float, 
   for (const auto& c : checks)
     if (c["stage"] == "planned") planned.push_back(c);
   REQUIRE(!planned.empty());
-  const auto& bs1 = planned[0];
-  CHECK(bs1["batch_size"] == 1);  // measured in ascending order
-  const double f1 = bs1["fp32_ms"].get<double>(), q1 = bs1["int8_ms"].get<double>();
-  CHECK(f1 > 0);
-  CHECK(q1 > 0);
-  if (q1 > f1) {
-    CHECK(planned.size() == 1);  // slower at batch 1 decides: 4096 is not measured
-  } else {
-    REQUIRE(planned.size() == 2);
-    const auto& big = planned[1];
-    CHECK(big["batch_size"] == 4096);
-    if (q1 <= 0.5 * f1) {
-      CHECK(big["inferred_from_batch_size"] == 1);
-      CHECK(big["fp32_ms_estimate"].get<double>() == Approx(f1 * 4096));
-      CHECK_FALSE(big.contains("int8_ms"));
-    } else {
-      CHECK(big["int8_ms"].get<double>() > 0);
-    }
+  // The covered sizes are the powers of two from 1 to 4096, in ascending
+  // order: up to the first where int8 is slower, then from 4096 down to the
+  // next where it is slower; 4096 is always there (measured or inferred).
+  CHECK(planned.front()["batch_size"] == 1);
+  CHECK(planned.back()["batch_size"] == 4096);
+  std::map<int64_t, const nlohmann::json*> by_size;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const int64_t bs = planned[i]["batch_size"];
+    CHECK((bs & (bs - 1)) == 0);
+    if (i > 0) CHECK(bs > planned[i - 1]["batch_size"].get<int64_t>());
+    by_size[bs] = &planned[i];
   }
+  for (const auto& c : planned) {
+    if (!c.contains("inferred_from_batch_size")) {
+      CHECK(c["fp32_ms"].get<double>() > 0);
+      CHECK(c["int8_ms"].get<double>() > 0);
+      continue;
+    }
+    // Inferred: a smaller measured size where int8 took at most half of
+    // fp32's time, and one fp32 call here estimated over 100 ms.
+    const int64_t from = c["inferred_from_batch_size"];
+    REQUIRE(by_size.count(from));
+    const auto& f = *by_size[from];
+    CHECK(f["int8_ms"].get<double>() <= 0.5 * f["fp32_ms"].get<double>());
+    CHECK(c["fp32_ms_estimate"].get<double>() > 100);
+    CHECK_FALSE(c.contains("int8_ms"));
+  }
+  // The verdict of the last stage measured: its faster and slower sizes.
+  const auto& verdict = out.report["backend"]["meta"]["speed_by_batch_size"];
+  std::vector<int64_t> faster, slower_at;
+  for (const auto& c : checks) {
+    if (c["stage"] != verdict["stage"]) continue;
+    const bool f =
+        !c.contains("int8_ms") || c["int8_ms"].get<double>() <= c["fp32_ms"].get<double>();
+    (f ? faster : slower_at).push_back(c["batch_size"].get<int64_t>());
+  }
+  CHECK(verdict["int8_faster_at"].get<std::vector<int64_t>>() == faster);
+  CHECK(verdict["int8_slower_at"].get<std::vector<int64_t>>() == slower_at);
+  CHECK(verdict["covered_batch_sizes"].size() == 13);
   bool slower = false;
   for (const auto& c : checks)
     if (c.contains("int8_ms") && c["stage"] == "planned")

@@ -32,6 +32,10 @@ struct LatencyStats {
   int iters = 0;
   double median_ms = 0, p90_ms = 0, mean_ms = 0, min_ms = 0;
   double throughput = 0;  // samples/s at the median
+  // Other processes took the CPUs in too many rounds (latency.h,
+  // interleaved_times): the figures are not clean, and are said so.
+  bool contended = false;
+  int rounds_dropped = 0;
 };
 
 // One evaluated model.

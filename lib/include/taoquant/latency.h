@@ -18,10 +18,39 @@ double median(std::vector<double> v);
 // Milliseconds per call, over `iters` calls of `fn`.
 double time_ms(const std::function<void()>& fn, int iters = 1);
 
+// One timed round of `iters` calls: per-call wall and CPU milliseconds (the
+// CPU time of every thread of this process) and the involuntary context
+// switches during it.
+struct Round {
+  double ms = 0, cpu_ms = 0;  // per call
+  double round_ms = 0;        // the whole round
+  long switches = 0;          // in the whole round
+  // Another process took this one's CPUs during the round: it got less than
+  // half a core of CPU for the round's wall time, or it was preempted (an
+  // involuntary context switch) more than once per 30 ms, any time in a
+  // shorter round. An idle machine almost never preempts a compute-bound
+  // process; a core shared with a busy loop does every scheduler slice, and
+  // one preemption can cost a slice of wall time while the process's other
+  // threads spin, so CPU time alone does not show it. Load average alone cannot tell: a loaded
+  // machine with an idle core times cleanly, and a busy one between two
+  // samples of the load average does not.
+  bool contended() const;
+};
+Round time_round(const std::function<void()>& fn, int iters = 1);
+
 // Per-call seconds of each function, `iters` rounds after `warmup` rounds;
 // within a round the functions run in alternating order, so that machine
-// noise hits them alike. `progress(done, total)` after each round.
-std::vector<std::vector<double>> interleaved_times(
+// noise hits them alike. A round where any function's timing was contended
+// is dropped and run again, up to `iters` more rounds; `contended` is true
+// when fewer than `iters` clean rounds were had by then (the times are then
+// the last `iters` rounds', and not to be printed as fact).
+// `progress(done, total)` after each round.
+struct InterleavedTimes {
+  std::vector<std::vector<double>> seconds;  // [function][round]
+  bool contended = false;
+  int rounds = 0, dropped = 0;  // rounds run (after warm-up), rounds dropped
+};
+InterleavedTimes interleaved_times(
     const std::vector<std::function<void()>>& fns, int warmup, int iters,
     const std::function<void(size_t done, size_t total)>& progress = {});
 
@@ -29,9 +58,16 @@ std::vector<std::vector<double>> interleaved_times(
 // as many calls as fit in about budget_ms / reps. `warm`: warm-up calls first
 // (the profiling executor profiles the first call and compiles its plan on
 // the second); a slow pair with a 2x gap after one call each stops there.
+// Contended repeats are dropped and run again (at most 2 * reps more);
+// `contended` (if given) is set when fewer than half of `reps` were clean.
 std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
                                         const std::function<void()>& b, int reps, double budget_ms,
-                                        bool warm = true);
+                                        bool warm = true, bool* contended = nullptr);
+
+// How many measurements of this process ended contended (after their
+// retries): the never-slower check's warning reads it.
+long contended_measurements();
+void note_contended_measurement();
 
 // "the 1-minute load average was 3.9 on 2 CPUs" when the machine is
 // oversubscribed (the load average above the CPU count plus one half: more

@@ -2,7 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -27,9 +30,53 @@ double time_ms(const std::function<void()>& fn, int iters) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / iters;
 }
 
-std::vector<std::vector<double>> interleaved_times(
-    const std::vector<std::function<void()>>& fns, int warmup, int iters,
-    const std::function<void(size_t, size_t)>& progress) {
+namespace {
+
+struct Usage {
+  double cpu_ms = 0;
+  long switches = 0;
+};
+Usage usage_now() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  return {ms(u.ru_utime) + ms(u.ru_stime), u.ru_nivcsw};
+}
+
+std::atomic<long> g_contended{0};
+
+}  // namespace
+
+bool Round::contended() const {
+  // A preemption can cost a whole scheduler slice (a few ms) while the
+  // process's other threads spin and keep its CPU time up: any in a round
+  // under 30 ms, or more than one per 30 ms, spoils the round.
+  return cpu_ms < 0.5 * ms || static_cast<double>(switches) > round_ms / 30.0;
+}
+
+Round time_round(const std::function<void()>& fn, int iters) {
+  const Usage u0 = usage_now();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const Usage u1 = usage_now();
+  Round r;
+  r.ms = wall / iters;
+  r.cpu_ms = (u1.cpu_ms - u0.cpu_ms) / iters;
+  r.round_ms = wall;
+  r.switches = u1.switches - u0.switches;
+  return r;
+}
+
+long contended_measurements() {
+  return g_contended.load();
+}
+void note_contended_measurement() {
+  ++g_contended;
+}
+
+InterleavedTimes interleaved_times(const std::vector<std::function<void()>>& fns, int warmup,
+                                   int iters, const std::function<void(size_t, size_t)>& progress) {
   const size_t m = fns.size();
   const size_t total = static_cast<size_t>(std::max(0, warmup) + std::max(0, iters));
   size_t done = 0;
@@ -37,48 +84,88 @@ std::vector<std::vector<double>> interleaved_times(
     for (const auto& f : fns) f();
     if (progress) progress(++done, total);
   }
-  std::vector<std::vector<double>> times(m);
-  for (int i = 0; i < iters; ++i) {
+  InterleavedTimes out;
+  out.seconds.resize(m);
+  std::vector<std::vector<double>> all(m);
+  int clean = 0;
+  for (int i = 0; clean < iters && i < 2 * iters; ++i) {
+    bool contended = false;
+    std::vector<double> round(m);
     for (size_t k = 0; k < m; ++k) {
       const size_t j = i % 2 == 0 ? k : m - 1 - k;  // alternate the order
-      times[j].push_back(time_ms(fns[j]) / 1e3);
+      const Round r = time_round(fns[j]);
+      round[j] = r.ms / 1e3;
+      contended = contended || r.contended();
     }
-    if (progress) progress(++done, total);
+    ++out.rounds;
+    for (size_t k = 0; k < m; ++k) {
+      all[k].push_back(round[k]);
+      if (!contended) out.seconds[k].push_back(round[k]);
+    }
+    clean += !contended;
+    out.dropped += contended;
+    if (progress && static_cast<int>(done) < static_cast<int>(total)) progress(++done, total);
   }
-  return times;
+  if (clean < iters) {  // the last `iters` rounds, flagged
+    out.contended = true;
+    for (size_t k = 0; k < m; ++k)
+      out.seconds[k].assign(all[k].end() - std::min<std::ptrdiff_t>(iters, all[k].size()),
+                            all[k].end());
+    note_contended_measurement();
+  }
+  if (progress && done < total) progress(total, total);
+  return out;
 }
 
 std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
                                         const std::function<void()>& b, int reps, double budget_ms,
-                                        bool warm) {
+                                        bool warm, bool* contended) {
   double ta = 0, tb = 0;
   if (warm) {
-    ta = time_ms(a);
-    tb = time_ms(b);
+    const Round wa = time_round(a), wb = time_round(b);
+    ta = wa.ms;
+    tb = wb.ms;
     // Slow runs (a large model at a large batch, after the small batch
-    // warmed it up): a 2x difference in one call each is decisive.
-    if (std::max(ta, tb) > 500 && (tb <= 0.5 * ta || ta <= 0.5 * tb)) return {ta, tb};
+    // warmed it up): a 2x difference in one clean call each is decisive.
+    if (std::max(ta, tb) > 500 && (tb <= 0.5 * ta || ta <= 0.5 * tb) && !wa.contended() &&
+        !wb.contended())
+      return {ta, tb};
     // A slow run dwarfs the compile time: one warm-up call is enough.
     if (std::max(ta, tb) <= 250) {
       a();
       b();
     }
   }
-  ta = std::max(time_ms(a), 1e-3);
-  tb = std::max(time_ms(b), 1e-3);
-  std::vector<double> ra, rb;
+  const Round ra0 = time_round(a), rb0 = time_round(b);
+  ta = std::max(ra0.ms, 1e-3);
+  tb = std::max(rb0.ms, 1e-3);
+  std::vector<double> ra, rb, all_a, all_b;
   if (std::max(ta, tb) > 250) {
     // Slow runs (large models, large batches) are stable: that call counts
     // as a repeat, and two repeats in all keep the check to seconds.
     reps = std::min(reps, 2);
-    ra.push_back(ta);
-    rb.push_back(tb);
+    all_a.push_back(ta);
+    all_b.push_back(tb);
+    if (!ra0.contended() && !rb0.contended()) {
+      ra.push_back(ta);
+      rb.push_back(tb);
+    }
   }
   const int ia = std::clamp(static_cast<int>(budget_ms / reps / ta), 1, 200);
   const int ib = std::clamp(static_cast<int>(budget_ms / reps / tb), 1, 200);
-  while (static_cast<int>(ra.size()) < reps) {
-    ra.push_back(time_ms(a, ia));
-    rb.push_back(time_ms(b, ib));
+  for (int tries = 0; static_cast<int>(ra.size()) < reps && tries < 3 * reps; ++tries) {
+    const Round x = time_round(a, ia), y = time_round(b, ib);
+    all_a.push_back(x.ms);
+    all_b.push_back(y.ms);
+    if (x.contended() || y.contended()) continue;
+    ra.push_back(x.ms);
+    rb.push_back(y.ms);
+  }
+  const bool unclean = static_cast<int>(ra.size()) < std::max(1, reps / 2);
+  if (contended) *contended = unclean;
+  if (unclean) {
+    note_contended_measurement();
+    return {median(all_a), median(all_b)};
   }
   return {median(ra), median(rb)};
 }

@@ -392,6 +392,7 @@ void write_exports_and_report(const Spec& spec, const CheckedBackend& checked, Q
 
 QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   const auto t_start = Clock::now();
+  const long contended_before = contended_measurements();
   const auto checked = check_before_model(spec);
   TimingCache cache = open_timing_cache(spec);
   QuantizeOutcome out;
@@ -425,7 +426,8 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.layers = ctx.layer_results();
   out.calibration = ctx.calibration;
   out.timing_cache =
-      close_timing_cache(cache, results_dir, ctx, out.timing_cache_path, opts.extend_timing_cache);
+      close_timing_cache(cache, results_dir, ctx, out.timing_cache_path, opts.extend_timing_cache,
+                         contended_measurements() - contended_before);
   out.warnings = ctx.warnings();
   if (opts.profile) return out;
   embed_metadata(spec, out, ctx);

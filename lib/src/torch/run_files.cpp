@@ -53,10 +53,22 @@ TimingCache open_timing_cache(const Spec& spec) {
 
 nlohmann::json close_timing_cache(const TimingCache& cache,
                                   const std::filesystem::path& results_dir, QuantizeContext& ctx,
-                                  std::string& written, bool extend) {
+                                  std::string& written, bool extend, long contended) {
   nlohmann::json j{{"given", cache.given() ? nlohmann::json(cache.path()) : nlohmann::json()},
                    {"entries_read", cache.read_count()},
-                   {"entries_measured", cache.measured_count()}};
+                   {"entries_measured", cache.measured_count()},
+                   {"measurements_contended", contended}};
+  std::string busy = cache.measured_count() > 0 ? machine_busy() : std::string();
+  if (contended > 0)
+    busy = std::to_string(contended) +
+           " measurement(s) stayed contended after retries (other processes took this "
+           "machine's CPUs: each round's CPU time against its wall time, and its involuntary "
+           "context switches)" +
+           (busy.empty() ? "" : "; " + busy);
+  if (!busy.empty())
+    ctx.warn("latency was measured while " + busy +
+             ": the never-slower decisions may be off; measure on an idle machine "
+             "(tao-quant profile) and pass quantize.timing_cache");
   if (cache.measured_count() == 0) return j;
   extend = extend && cache.given();
   written = extend ? cache.path() : (results_dir / "timing_cache.json").string();
@@ -68,10 +80,6 @@ nlohmann::json close_timing_cache(const TimingCache& cache,
              " timings this run needed; they were measured on this machine now, so the "
              "latency decisions may differ between runs; rerun with quantize.timing_cache=" +
              written);
-  if (const std::string busy = machine_busy(); !busy.empty())
-    ctx.warn("latency was measured while " + busy +
-             ": the never-slower decisions may be off; measure on an idle machine "
-             "(tao-quant profile) and pass quantize.timing_cache");
   return j;
 }
 

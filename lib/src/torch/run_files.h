@@ -23,10 +23,11 @@ void embed_metadata(const Spec& spec, const QuantizeOutcome& out, QuantizeContex
 TimingCache open_timing_cache(const Spec& spec);
 
 // Writes what this run measured next to the artifact (timing_cache.json),
-// warns when a given cache lacked entries or the machine was busy, and
-// returns the facts for the report.
+// warns when a given cache lacked entries, the machine was busy, or
+// `contended` measurements of this run stayed contended after retries
+// (taoquant/latency.h), and returns the facts for the report.
 nlohmann::json close_timing_cache(const TimingCache& cache,
                                   const std::filesystem::path& results_dir, QuantizeContext& ctx,
-                                  std::string& written, bool extend);
+                                  std::string& written, bool extend, long contended);
 
 }  // namespace tq

@@ -302,6 +302,15 @@ double measure(std::vector<eval::LoadedModel>& models, const std::vector<at::Ten
       const LatencyStats* q = out.models[1].latency_at(bs);
       out.speedup.push_back(a && q && q->median_ms > 0 ? a->median_ms / q->median_ms : 0.0);
     }
+  std::string contended;
+  for (const LatencyStats& l : out.models[0].latency)
+    if (l.contended) contended += (contended.empty() ? "" : ", ") + std::to_string(l.batch_size);
+  if (!contended.empty())
+    out.notes.push_back(
+        "latency at batch " + contended +
+        " was measured while other processes took this machine's CPUs: too few rounds ran "
+        "undisturbed (each round's CPU time against its wall time, and its involuntary context "
+        "switches), so those figures are not clean; measure on an idle machine");
   return since(tl);
 }
 

@@ -149,7 +149,9 @@ nlohmann::json make_evaluate_report(const Spec& spec, const EvaluateOutcome& out
                                            {"p90", l.p90_ms},
                                            {"mean", l.mean_ms},
                                            {"min", l.min_ms},
-                                           {"iters", l.iters}};
+                                           {"iters", l.iters},
+                                           {"contended", l.contended},
+                                           {"rounds_dropped", l.rounds_dropped}};
       thr[std::to_string(l.batch_size)] = l.throughput;
     }
     return std::make_pair(lat, thr);
@@ -247,7 +249,11 @@ std::string format_evaluate_table(const EvaluateOutcome& out) {
     const LatencyStats* la = a.latency_at(bs);
     const LatencyStats* lb = both ? q->latency_at(bs) : nullptr;
     if (!la) continue;
-    const std::string sp = i < out.speedup.size() ? num(out.speedup[i], 2) + "x speedup" : "";
+    const bool dirty = la->contended || (lb && lb->contended);
+    const std::string sp = i < out.speedup.size()
+                               ? num(out.speedup[i], 2) + "x speedup" +
+                                     (dirty ? " (contended: not a clean figure)" : "")
+                               : "";
     row("latency bs=" + std::to_string(bs) + " median", num(la->median_ms, 3) + " ms",
         lb ? num(lb->median_ms, 3) + " ms" : "", sp);
     row("latency bs=" + std::to_string(bs) + " p90", num(la->p90_ms, 3) + " ms",

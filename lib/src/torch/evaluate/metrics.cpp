@@ -176,8 +176,12 @@ void measure_latency(std::vector<LoadedModel*>& models, const std::vector<at::Te
       if (progress) progress("latency", base + done, total);
     });
     base += rounds;
-    for (size_t k = 0; k < models.size(); ++k)
-      models[k]->result->latency.push_back(summarize_latency(times[k], bs));
+    for (size_t k = 0; k < models.size(); ++k) {
+      LatencyStats st = summarize_latency(times.seconds[k], bs);
+      st.contended = times.contended;
+      st.rounds_dropped = times.dropped;
+      models[k]->result->latency.push_back(st);
+    }
   }
 }
 
