@@ -187,3 +187,55 @@ TEST_CASE("timing cache: a foreign, stale or damaged cache exits 2 naming what d
     CHECK_FALSE(fs::exists(dir.path() / "b" / "quantized_model_libtorch.pth"));
   }
 }
+
+// The MLP case of issue 31, made exact with a timing cache: int8 loses at
+// batch 1 and wins from 2 on. Every layer stays float (the promise covers
+// batch 1 to 32), and the console and report say where int8 wins, by how
+// much, and which latency_batch_sizes keep it; with those, it is int8.
+TEST_CASE(
+    "timing cache: int8 slower at batch 1 only is kept float, and the run says which batch sizes "
+    "keep it int8",
+    "[cli][timing]") {
+  tqtest::TempDir dir("crossover");
+  const std::string spec = static_spec(dir);
+  const fs::path prof = dir.path() / "prof";
+  auto r = tqtest::run_cmd(tqtest::cli() + " profile -e " + tqtest::quote(spec) +
+                           " results_dir=" + tqtest::quote(prof.string()));
+  REQUIRE(r.rc == 0);
+  json c = tqtest::read_json((prof / "timing_cache.json").string());
+  size_t model_sizes = 0;
+  auto ends = [](const std::string& k, const std::string& tail) {
+    return k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (auto& [k, v] : c["entries"].items()) {
+    const bool at1 = k.find("/bs=1/") != std::string::npos;
+    if (ends(k, "/fp32")) v = at1 ? 1.0 : 10.0;
+    if (ends(k, "/int8")) v = at1 ? 2.0 : 1.0;
+    model_sizes += k.rfind("model/", 0) == 0 && ends(k, "/fp32");
+  }
+  CHECK(model_sizes == 6);  // 1, 2, 4, 8, 16, 32: every covered size measured
+  const std::string cache = dir.write("crossover.json", c.dump());
+
+  r = quantize(spec, dir.path() / "a", "quantize.timing_cache=" + tqtest::quote(cache));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("int8 is faster at batch 2-32 (10.00x at 32) and slower at batch 1 "
+                             "(0.50x at 1); backend_kwargs.latency_batch_sizes: [2, 32] keeps it "
+                             "int8"));
+  json rep = tqtest::read_json((dir.path() / "a" / "quantize_report.json").string());
+  CHECK(rep["timing_cache"]["entries_measured"] == 0);
+  const json& v = rep["backend"]["meta"]["speed_by_batch_size"];
+  CHECK(v["int8_slower_at"] == json({1}));
+  CHECK(v["int8_faster_at"] == json({2, 4, 8, 16, 32}));
+  CHECK(v["keeps_int8"] == json({2, 32}));
+  CHECK(rep["totals"]["quantized_layers"] == 0);
+
+  r = quantize(spec, dir.path() / "b",
+               "quantize.timing_cache=" + tqtest::quote(cache) +
+                   " 'quantize.backend_kwargs.latency_batch_sizes=[2, 32]'");
+  REQUIRE(r.rc == 0);
+  rep = tqtest::read_json((dir.path() / "b" / "quantize_report.json").string());
+  CHECK(rep["timing_cache"]["entries_measured"] == 0);
+  CHECK(rep["totals"]["quantized_layers"] == 4);
+  CHECK(rep["backend"]["meta"]["speed_by_batch_size"]["int8_slower_at"].empty());
+}

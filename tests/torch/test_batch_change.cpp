@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../../backends/libtorch/static_session.h"
 #include "taoquant/pipeline.h"
 #include "test_data_util.h"
 
@@ -131,4 +132,17 @@ TEST_CASE(
       fs::remove_all(dir);
     }
   }
+}
+
+// The batch sizes the never-slower promise covers: the listed ones and
+// every power of two between two of them.
+TEST_CASE("never-slower check: the covered batch sizes", "[latency]") {
+  using tq::libtorch::covered_batch_sizes;
+  using V = std::vector<int64_t>;
+  CHECK(covered_batch_sizes({1, 32}) == V{1, 2, 4, 8, 16, 32});
+  CHECK(covered_batch_sizes({32, 1, 32}) == V{1, 2, 4, 8, 16, 32});
+  CHECK(covered_batch_sizes({8, 32}) == V{8, 16, 32});
+  CHECK(covered_batch_sizes({3, 5, 24}) == V{3, 4, 5, 8, 16, 24});
+  CHECK(covered_batch_sizes({1}) == V{1});
+  CHECK(covered_batch_sizes({4096, 1}).size() == 13);
 }

@@ -1,0 +1,55 @@
+// The latency harness's contention rules (latency.h): a round in which the
+// process did not get the CPU, or was preempted, is disturbed; disturbed
+// rounds are dropped, run again, and a measurement that stays disturbed is
+// flagged.
+#include <time.h>
+
+#include <catch2/catch.hpp>
+
+#include "taoquant/latency.h"
+
+TEST_CASE("latency: a round is contended when the process lacks the CPU or is preempted",
+          "[latency]") {
+  tq::Round r;
+  r.ms = r.round_ms = 10;
+  r.cpu_ms = 10;
+  CHECK_FALSE(r.contended());
+  r.cpu_ms = 20;  // two threads busy: clean
+  CHECK_FALSE(r.contended());
+  r.cpu_ms = 4.9;  // less than half a core for the round
+  CHECK(r.contended());
+  r.cpu_ms = 10;
+  r.switches = 1;  // one preemption in a 10 ms round: up to a scheduler slice lost
+  CHECK(r.contended());
+  r.ms = r.round_ms = 300;
+  r.cpu_ms = 300;
+  r.switches = 10;  // one per 30 ms of a long round
+  CHECK_FALSE(r.contended());
+  r.switches = 11;
+  CHECK(r.contended());
+}
+
+TEST_CASE("latency: rounds that lack the CPU are retried, then the figure is flagged",
+          "[latency]") {
+  // A call that sleeps gets no CPU for its wall time: every round is
+  // disturbed, whatever else the machine does.
+  auto sleeper = [] {
+    timespec t{0, 2000000};
+    nanosleep(&t, nullptr);
+  };
+  const tq::Round r = tq::time_round(sleeper, 2);
+  CHECK(r.ms >= 2.0);
+  CHECK(r.cpu_ms < 0.5 * r.ms);
+  CHECK(r.contended());
+  const long before = tq::contended_measurements();
+  const tq::InterleavedTimes t = tq::interleaved_times({sleeper, sleeper}, 1, 3);
+  CHECK(t.contended);
+  CHECK(t.rounds == 6);  // 3, and as many again looking for clean ones
+  CHECK(t.dropped == 6);
+  REQUIRE(t.seconds.size() == 2);
+  CHECK(t.seconds[0].size() == 3);  // the last 3 rounds, flagged
+  bool flagged = false;
+  (void)tq::ab_medians_ms(sleeper, sleeper, 2, 10, /*warm=*/false, &flagged);
+  CHECK(flagged);
+  CHECK(tq::contended_measurements() == before + 2);
+}
