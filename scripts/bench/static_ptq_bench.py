@@ -37,6 +37,15 @@ MODELS = {
     "mobilenet_v2": ("models/tv/mobilenet_v2.pt", "models/tv/imagenet_rand_n8_224.npz", None, "1,3,224,224"),
 }
 
+# The torchvision zoo (scripts/zoo/build.sh tv: random weights, 224x224):
+# --models zoo runs every static one of them.
+ZOO = ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "shufflenet_v2_x1_0",
+       "squeezenet1_1", "efficientnet_b0", "regnet_x_400mf", "densenet121", "googlenet",
+       "mnasnet1_0", "vit_b_16")
+for _arch in ZOO:
+    MODELS.setdefault(_arch, ("models/tv/%s.pt" % _arch, "models/tv/imagenet_rand_n8_224.npz", None,
+                              "1,3,224,224"))
+
 BATCHES = (1, 8, 32)
 
 QUANTIZE_JIT = r"""
@@ -122,11 +131,15 @@ def main():
     # The same allocator settings for every process compared: by default glibc
     # returns large blocks to the OS on each free, and the float models then
     # page-fault their buffers on every call (3-4x slower at batch 32).
+    # OpenBLAS's own threads beside LibTorch's OpenMP ones oversubscribe the
+    # cores in plain PyTorch (speed_table.py): one BLAS thread.
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), TQ_NUM_THREADS=str(a.threads),
+               OPENBLAS_NUM_THREADS="1",
                MALLOC_MMAP_THRESHOLD_=str(256 << 20), MALLOC_TRIM_THRESHOLD_=str(512 << 20))
     rows, results = [], {}
     tmp = tempfile.mkdtemp(prefix="tq_bench_")
-    for name in a.models.split(","):
+    names = [n for part in a.models.split(",") for n in (ZOO if part == "zoo" else (part,))]
+    for name in names:
         model, calib, test, shape = MODELS[name]
         if not os.path.exists(os.path.join(ROOT, model)):
             print(f"skip {name}: {model} missing (scripts/models/make_test_models.sh models extra)", file=sys.stderr)
