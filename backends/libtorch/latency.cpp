@@ -32,13 +32,12 @@ class BatchLadder {
     return clear_win_at_ > 0 && estimate_ms(bs) > kInferAboveMs ? clear_win_at_ : 0;
   }
   double estimate_ms(int64_t bs) const { return fp32_ms_per_sample_ * static_cast<double>(bs); }
-  // Records a measurement; false when int8 was slower (stop here). A
-  // contended one infers nothing.
-  bool record(int64_t bs, double fp32_ms, double int8_ms, bool contended = false) {
-    if (!contended) {
-      fp32_ms_per_sample_ = fp32_ms / static_cast<double>(bs);
-      if (int8_ms <= kInferRatio * fp32_ms) clear_win_at_ = bs;
-    }
+  // Records a measurement; false when int8 was slower (stop here). The
+  // same values take the same path, contended or not: a rerun from a timing
+  // cache (which keeps times, not flags) decides as the run that wrote it.
+  bool record(int64_t bs, double fp32_ms, double int8_ms) {
+    fp32_ms_per_sample_ = fp32_ms / static_cast<double>(bs);
+    if (int8_ms <= kInferRatio * fp32_ms) clear_win_at_ = bs;
     return int8_ms <= fp32_ms;
   }
 
@@ -162,7 +161,7 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
       continue;
     }
     out.push_back(measure(bs));
-    if (!ladder.record(bs, out.back().fp32_ms, out.back().int8_ms, out.back().contended)) break;
+    if (!ladder.record(bs, out.back().fp32_ms, out.back().int8_ms)) break;
   }
   // Slower at batch_sizes[i]: from the largest down to the next loss, where
   // int8 wins again (the crossover the report names).
@@ -215,9 +214,8 @@ std::string time_layer(const torch::jit::Module& float_layer, const LayerKernel&
     const double tf = t.fp32, tq = t.int8;
     if (cache && cache->profile_all) profile_dynamic(*cache, k, xb, key, run_f);
     detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) + ": int8 " +
-              format_ms(tq) + " vs fp32 " + format_ms(tf) + (t.contended ? " (contended)" : "");
-    if (!ladder.record(bs, tf, tq, t.contended))
-      return "int8 slower than fp32 for this layer (" + detail + ")";
+              format_ms(tq) + " vs fp32 " + format_ms(tf);
+    if (!ladder.record(bs, tf, tq)) return "int8 slower than fp32 for this layer (" + detail + ")";
   }
   return "";
 }

@@ -113,8 +113,7 @@ std::string slower_than_float(QuantizeContext& ctx, const StaticSession& s, cons
                      {"int8_ms", c.int8_ms}});
     if (c.contended) speed.back()["contended"] = true;
     detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(c.batch_size) +
-              ": int8 " + format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms) +
-              (c.contended ? " (contended)" : "");
+              ": int8 " + format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms);
   }
   nlohmann::json summary;
   mixed = mixed_speed(cmp, summary);
