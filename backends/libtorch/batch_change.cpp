@@ -64,8 +64,8 @@ struct RestoreThreads {
 };
 
 // The int8 layers whose kernel fails the sequence: (layer, reason).
-// `probed` gets what was run: engine, thread counts, batch sizes, the
-// failing layers.
+// `probed` gets what was run: engine, thread counts, batch sizes, and an
+// empty `kept_float` for the caller to fill.
 std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeContext& ctx,
                                                                      StaticSession& s,
                                                                      nlohmann::json& probed) {
@@ -89,7 +89,6 @@ std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeCon
       const std::string why = run_sequence(l, sizes, t);
       if (why.empty()) return;
       failed.insert(l.name);
-      probed["kept_float"].push_back(l.name);
       out.emplace_back(l.name,
                        "LibTorch 1.13's onednn int8 kernel of this layer fails when the batch "
                        "size changes (" +
@@ -116,6 +115,7 @@ void keep_batch_change_safe(QuantizeContext& ctx, StaticSession& s) {
       for (const auto& [name, why] : failing) {
         s.keep_float.insert(name);
         s.reasons[name] = why;
+        probed["kept_float"].push_back(name);
         names += (names.empty() ? "" : ", ") + name;
       }
       ctx.warn("static_ptq: " + std::to_string(failing.size()) + " layer(s) kept float (" + names +

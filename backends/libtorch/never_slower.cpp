@@ -94,10 +94,10 @@ std::string mixed_speed(const std::vector<LatencyPair>& cmp, nlohmann::json& sum
 // The int8 model against the float one at each covered batch size (entries
 // appended to `speed`): "" when int8 is nowhere slower, else the figures.
 std::string slower_than_float(QuantizeContext& ctx, const StaticSession& s, const Module& q,
-                              const char* stage, nlohmann::json& speed, std::string& mixed) {
-  auto cmp =
-      compare_model_latency(ctx.model, q, s.holdout, covered_batch_sizes(s.latency_batch_sizes),
-                            ctx.timing_cache, model_timing_key(ctx, *s.table, s.holdout));
+                              const std::vector<int64_t>& sizes, const char* stage,
+                              nlohmann::json& speed, std::string& mixed) {
+  auto cmp = compare_model_latency(ctx.model, q, s.holdout, sizes, ctx.timing_cache,
+                                   model_timing_key(ctx, *s.table, s.holdout));
   std::string detail;
   for (const auto& c : cmp) {
     if (c.inferred_from > 0) {
@@ -118,7 +118,7 @@ std::string slower_than_float(QuantizeContext& ctx, const StaticSession& s, cons
   nlohmann::json summary;
   mixed = mixed_speed(cmp, summary);
   summary["stage"] = stage;
-  summary["covered_batch_sizes"] = covered_batch_sizes(s.latency_batch_sizes);
+  summary["covered_batch_sizes"] = sizes;
   ctx.backend_meta["speed_by_batch_size"] = summary;
   return summary["int8_slower_at"].empty() ? std::string() : detail;
 }
@@ -144,7 +144,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
   const std::vector<int64_t> sizes = covered_batch_sizes(s.latency_batch_sizes);
   nlohmann::json speed = nlohmann::json::array();
   std::string mixed;
-  std::string why = slower_than_float(ctx, s, q, "planned", speed, mixed);
+  std::string why = slower_than_float(ctx, s, q, sizes, "planned", speed, mixed);
   const auto& inputs = s.capture().inputs;
   if (why.empty() && ctx.timing_cache && ctx.timing_cache->profile_all)
     (void)slower_int8_layers(ctx, s.folded, s.observed, *s.table, inputs,
@@ -169,7 +169,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
         snap_biases(ctx, s);
         q = convert_observed(s.observed);
         s.steps->step("convert");
-        why = slower_than_float(ctx, s, q, "without slower layers", speed, mixed);
+        why = slower_than_float(ctx, s, q, sizes, "without slower layers", speed, mixed);
       }
       if (!why.empty()) {
         why = "int8 model slower than fp32 on this machine (" + why + ")";

@@ -176,10 +176,10 @@ std::string batch_change_problem(const std::string& path, const std::vector<at::
     at_batch = 1;
     m.forward(one);
   } catch (const std::exception& e) {
+    const std::string site = error_site(e.what());
     return "fails when the batch size changes (batch 1, " + std::to_string(x0.size(0)) +
            ", then 1 in one process, as a deployment runs it; it failed at batch " +
-           std::to_string(at_batch) +
-           (error_site(e.what()).empty() ? "" : ", in `" + error_site(e.what()) + "`") +
+           std::to_string(at_batch) + (site.empty() ? "" : ", in `" + site + "`") +
            "): " + error_line(e.what());
   }
   return "";
