@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <tuple>
 
 #include <spdlog/spdlog.h>
@@ -135,6 +137,35 @@ Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
   return look(run_f, run_q, /*warm=*/false, 7, 300);
 }
 
+bool clear_win(const LatencyPair& p) { return p.int8_ms <= kInferRatio * p.fp32_ms; }
+
+// A clear win (int8 at most kInferRatio of fp32) at the smallest and at the
+// largest size stands for every size between: the speed-up moves smoothly
+// with the batch size (docs/benchmarks.md: no model there that is 2x faster
+// at both ends is slower in between), so the sizes between are inferred.
+// The largest is itself inferred from the smallest when one float call
+// there would take over kInferAboveMs. nullopt: measure them.
+template <class Measure>
+std::optional<std::vector<LatencyPair>> clear_win_between(const std::vector<int64_t>& sizes,
+                                                          Measure&& measure) {
+  if (sizes.size() < 3) return std::nullopt;
+  const LatencyPair first = measure(sizes.front());
+  if (!clear_win(first)) return std::nullopt;
+  const int64_t big = sizes.back();
+  BatchLadder ladder;
+  ladder.record(first.batch_size, first.fp32_ms, first.int8_ms);
+  LatencyPair last{big, ladder.estimate_ms(big), 0, ladder.inferred_from(big), 0, false};
+  if (last.inferred_from == 0) {
+    last = measure(big);
+    if (!clear_win(last)) return std::nullopt;
+  }
+  std::vector<LatencyPair> out{first};
+  for (size_t i = 1; i + 1 < sizes.size(); ++i)
+    out.push_back({sizes[i], ladder.estimate_ms(sizes[i]), 0, first.batch_size, big, false});
+  out.push_back(last);
+  return out;
+}
+
 }  // namespace
 
 std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
@@ -146,18 +177,24 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
   torch::jit::Module f = fp32, q = int8;
   std::sort(batch_sizes.begin(), batch_sizes.end());
   batch_sizes.erase(std::unique(batch_sizes.begin(), batch_sizes.end()), batch_sizes.end());
+  std::map<int64_t, LatencyPair> measured;
   auto measure = [&](int64_t bs) {
+    auto it = measured.find(bs);
+    if (it != measured.end()) return it->second;
     const Timed t = timed_pair(cache, key + "/bs=" + std::to_string(bs),
                                [&] { return measure_models(f, q, sample, bs); });
-    return LatencyPair{bs, t.fp32, t.int8, 0, t.contended};
+    return measured[bs] = LatencyPair{bs, t.fp32, t.int8, 0, 0, t.contended};
   };
+  // (`profile` measures every size, for a cache that answers any rerun.)
+  if (!(cache && cache->profile_all))
+    if (auto between = clear_win_between(batch_sizes, measure)) return *between;
   std::vector<LatencyPair> out;
   BatchLadder ladder;
   size_t i = 0;
   for (; i < batch_sizes.size(); ++i) {  // ascending, up to the first where int8 is slower
     const int64_t bs = batch_sizes[i];
     if (int64_t from = ladder.inferred_from(bs)) {
-      out.push_back({bs, ladder.estimate_ms(bs), 0, from});
+      out.push_back({bs, ladder.estimate_ms(bs), 0, from, 0, false});
       continue;
     }
     out.push_back(measure(bs));

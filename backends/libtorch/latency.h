@@ -24,6 +24,9 @@ struct LatencyPair {
   // > 0: not measured; int8 was at most kInferRatio of fp32 at this smaller
   // batch, and fp32_ms is the estimate that made measuring too costly.
   int64_t inferred_from = 0;
+  // > 0: not measured either; int8 was at most kInferRatio of fp32 at both
+  // inferred_from and this larger batch, which stand for the sizes between.
+  int64_t inferred_to = 0;
   // Other processes took the CPUs while it was measured, even after retries
   // (taoquant/latency.h): flagged in the report, and the run warns.
   bool contended = false;

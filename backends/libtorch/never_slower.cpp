@@ -105,6 +105,8 @@ std::string slower_than_float(QuantizeContext& ctx, const StaticSession& s, cons
                        {"batch_size", c.batch_size},
                        {"fp32_ms_estimate", c.fp32_ms},
                        {"inferred_from_batch_size", c.inferred_from}});
+      if (c.inferred_to > 0)
+        speed.back()["inferred_between_batch_sizes"] = {c.inferred_from, c.inferred_to};
       continue;
     }
     speed.push_back({{"stage", stage},

@@ -72,6 +72,7 @@ struct QuantTensor {
   int64_t mark = -1;
 
   double amax() const;             // max(|clip_min|, |clip_max|)
+  QParams qparams() const;         // scale, zero point, range and grid as QParams
   int64_t channels() const;        // number of scales
   int32_t code(size_t i) const;    // codes[i] as a signed or unsigned integer of dtype
   nlohmann::json to_json() const;  // everything but the codes

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,6 +68,38 @@ struct SensitivityReport {
 };
 
 SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& opts = {});
+
+namespace tune {
+class Session;
+}
+
+// The report's sensitivity table as a stage of a quantize run: on the
+// run's plan and backend (nothing planned twice), static layers' inputs at
+// the run's own ranges (nothing calibrated twice), the model file loaded
+// afresh when the table is measured (a module no pass of the run touched).
+// The automatic table never fails the run: its JSON says why it is missing.
+class SensitivityStage {
+ public:
+  SensitivityStage(const Spec& spec, SensitivityOptions opts, const InspectOutcome& run);
+  ~SensitivityStage();
+  SensitivityStage(const SensitivityStage&) = delete;
+  SensitivityStage& operator=(const SensitivityStage&) = delete;
+  // The table, or {automatic, skipped: why}. The automatic one: about one
+  // calibration pass of `calibration_samples` (automatic_sensitivity_samples)
+  // taking about `calibration_s` (at least half a second, or the float
+  // model's time over those samples): over it, without the reverse view,
+  // and over it still, skipped.
+  nlohmann::json measure(const QuantRecord& record, size_t quantized_layers,
+                         size_t calibration_samples, double calibration_s);
+
+ private:
+  nlohmann::json measure_automatic(const QuantRecord& record, size_t quantized_layers,
+                                   size_t calibration_samples, double calibration_s);
+  const Spec& spec_;
+  SensitivityOptions opts_;
+  std::unique_ptr<tune::Session> s_;
+  std::string skipped_;  // why the automatic table cannot be made
+};
 // quantize.sensitivity (true, or {formats, samples, data}): what `quantize`
 // measures for its report; nullopt when false. Unset: the automatic table
 // (the plan's formats, `automatic` set; the caller sizes its sample) when

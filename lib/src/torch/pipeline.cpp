@@ -325,44 +325,11 @@ void publish_result(QuantizeOutcome& out, const std::string& artifact_partial,
   spdlog::debug("wrote {} and {}", out.report_path, out.artifact_path);
 }
 
-// The report's sensitivity table (each layer alone, on the evaluation
-// data): as quantize.sensitivity asks, or, when unset, the automatic one:
-// the plan's formats on a sample that keeps its cost near one calibration
-// pass. The automatic table never fails the run: without evaluation data,
-// or when it cannot be measured, the report says why it is missing.
-nlohmann::json report_sensitivity(const Spec& spec, const QuantizeOutcome& out,
-                                  const QuantizeOptions& opts) {
-  auto so = sensitivity_request(spec, opts.sensitivity_by_default);
-  if (!so) return nullptr;
-  so->on_progress = opts.on_progress;
-  if (!so->automatic) return run_sensitivity(spec, *so).to_json();
-  if (!spec.dataset.test_dataset && !spec.dataset.quant_calibration_dataset)
-    return {{"automatic", true},
-            {"skipped",
-             "no evaluation data: set dataset.test_dataset or "
-             "dataset.quant_calibration_dataset (quantize.sensitivity: false turns this off)"}};
-  const auto quantized = std::count_if(out.plan.layers.begin(), out.plan.layers.end(),
-                                       [](const LayerPlan& lp) { return lp.quantized(); });
-  if (quantized == 0) return {{"automatic", true}, {"skipped", "no layer is quantized"}};
-  so->max_samples = automatic_sensitivity_samples(static_cast<size_t>(quantized),
-                                                  out.calibration.value("samples", size_t{0}));
-  try {
-    nlohmann::json j = run_sensitivity(spec, *so).to_json();
-    j["automatic"] = true;
-    return j;
-  } catch (const Interrupted&) {
-    throw;
-  } catch (const std::exception& e) {
-    spdlog::debug("automatic sensitivity: {}", e.what());
-    return {{"automatic", true}, {"skipped", first_line(e.what())}};
-  }
-}
-
 // The exports (staged, not yet published) and the report of a saved
 // artifact; the sensitivity table, when there is one, is part of the run's
 // time.
 void write_exports_and_report(const Spec& spec, const CheckedBackend& checked, QuantizeContext& ctx,
-                              const QuantizeOptions& opts, QuantizeOutcome& out,
+                              SensitivityStage* sensitivity, QuantizeOutcome& out,
                               StagedExports& staged, nlohmann::json timings) {
   const auto t_export = Clock::now();
   fill_record_inputs(spec, ctx.record(), !checked.exporters.empty());
@@ -378,10 +345,13 @@ void write_exports_and_report(const Spec& spec, const CheckedBackend& checked, Q
   out.report["quantization"] = ctx.record().to_json();
   out.report["timings"]["export_s"] = export_s;
   staged.add_to_report(out.report, spec.quantize.export_spec);
-  const auto t_sens = Clock::now();
-  nlohmann::json sensitivity = report_sensitivity(spec, out, opts);
-  if (!sensitivity.is_null()) {
-    out.report["sensitivity"] = std::move(sensitivity);
+  if (sensitivity) {
+    const auto t_sens = Clock::now();
+    const auto quantized = std::count_if(out.plan.layers.begin(), out.plan.layers.end(),
+                                         [](const LayerPlan& lp) { return lp.quantized(); });
+    out.report["sensitivity"] = sensitivity->measure(
+        ctx.record(), static_cast<size_t>(quantized), out.calibration.value("samples", size_t{0}),
+        out.calibration.value("seconds", 0.0));
     const double sens_s = since(t_sens);
     out.report["timings"]["sensitivity_s"] = sens_s;
     out.report["timings"]["total_s"] = out.total_seconds + export_s + sens_s;
@@ -408,6 +378,13 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.plan = plan_for(spec, checked, model);
   const double plan_s = since(t0);
   if (opts.on_plan) opts.on_plan(out.plan);
+  // The sensitivity table's session, on this plan.
+  std::unique_ptr<SensitivityStage> sensitivity;
+  if (auto so = sensitivity_request(spec, opts.sensitivity_by_default); so && !opts.profile) {
+    so->on_progress = opts.on_progress;
+    sensitivity = std::make_unique<SensitivityStage>(
+        spec, std::move(*so), InspectOutcome{out.plan, checked.backend, spec.quantize.model_path});
+  }
 
   auto quantizer = checked.backend.info->factory();
   QuantizeContext ctx(out.plan, model);
@@ -442,7 +419,7 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
 
   StagedExports staged;  // removed unless published
   try {                  // exports and the report; on failure the unpublished artifact goes too
-    write_exports_and_report(spec, checked, ctx, opts, out, staged,
+    write_exports_and_report(spec, checked, ctx, sensitivity.get(), out, staged,
                              {{"load_s", load_s},
                               {"plan_s", plan_s},
                               {"algorithms_s", times.algorithms_s},

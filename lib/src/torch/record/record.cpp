@@ -199,6 +199,22 @@ void record_weight(QuantizeContext& ctx, const LayerPlan& lp, const wformat::Qua
   l.weight = static_cast<int>(r.tensors.size() - 1);
 }
 
+QParams QuantTensor::qparams() const {
+  QParams q;
+  q.dtype = dtype;
+  q.per_channel = granularity == Granularity::kPerChannel;
+  q.axis = axis;
+  q.scale = scale;
+  q.zero_point = zero_point;
+  q.quant_min = static_cast<int>(quant_min);
+  q.quant_max = static_cast<int>(quant_max);
+  q.min_val = min;
+  q.max_val = max;
+  q.clip_min = clip_min;
+  q.clip_max = clip_max;
+  return q;
+}
+
 namespace {
 
 // The quantization parameters of `q` on a recorded tensor.

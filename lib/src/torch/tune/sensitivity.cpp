@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include <spdlog/spdlog.h>
+
 #include "session.h"
 #include "spec/node.h"
+#include "taoquant/interrupt.h"
 #include "taoquant/report.h"
 #include "taoquant/steps.h"
 #include "taoquant/strings.h"
@@ -57,8 +60,35 @@ nlohmann::json finite(double v) {
 
 namespace tune {
 
+void check_budget(double per_probe_s, size_t layers, size_t formats, bool& reverse,
+                  double budget_s) {
+  const auto probes = [&] { return layers * (formats + (reverse ? 1 : 0)); };
+  const auto cost = [&] { return per_probe_s * static_cast<double>(probes()); };
+  if (cost() > budget_s) reverse = false;
+  if (cost() <= budget_s) return;
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "its %zu forward passes would take about %.1f s, over this run's budget for it "
+                "(%.1f s, about one calibration pass)",
+                probes(), cost(), budget_s);
+  throw RuntimeError(std::string(buf) +
+                     "; quantize.sensitivity: true measures the table whatever it costs");
+}
+
+namespace {
+
+// The budget again, as one layer alone (the first) took.
+void fit_budget(Session& s, size_t limit, size_t formats, bool& reverse, double budget_s) {
+  const auto& layers = s.sim().layers();
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)s.measure({{layers.front().name, layers.front().formats.front()}}, limit);
+  check_budget(seconds_since(t0), layers.size(), formats, reverse, budget_s);
+}
+
+}  // namespace
+
 SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit,
-                                      bool reverse, double budget_s) {
+                                      bool reverse, double budget_s, double skip_above_s) {
   auto& sim = s.sim();
   SensitivityReport r;
   r.formats = s.formats();
@@ -71,10 +101,13 @@ SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, 
                      s.inspected().backend.info->name + "' in " +
                      std::string(to_string(s.plan().mode)));
   const Assignment all = all_quantized(sim);
-  const size_t total = sim.layers().size() * (r.formats.size() + (reverse ? 1 : 0));
+  if (skip_above_s > 0)
+    fit_budget(s, limit ? std::min(limit, r.samples) : r.samples, r.formats.size(), reverse,
+               skip_above_s);
   const auto t0 = std::chrono::steady_clock::now();
   auto base = s.measure(all, limit);
   limit = limit ? std::min(limit, r.samples) : r.samples;
+  const size_t total = sim.layers().size() * (r.formats.size() + (reverse ? 1 : 0));
   const double cost = seconds_since(t0) * static_cast<double>(total);
   if (budget_s > 0 && cost > budget_s && limit > 32) {  // fewer samples per probe
     limit = std::max<size_t>(32, static_cast<size_t>(static_cast<double>(limit) * budget_s / cost));
@@ -115,6 +148,70 @@ SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, 
 SensitivityReport run_sensitivity(const Spec& spec, const SensitivityOptions& opts) {
   tune::Session s(spec, opts.formats, opts.data, opts.max_samples, opts.on_progress);
   return tune::measure_sensitivity(s, opts.on_progress);
+}
+
+SensitivityStage::SensitivityStage(const Spec& spec, SensitivityOptions opts,
+                                   const InspectOutcome& run)
+    : spec_(spec), opts_(std::move(opts)) {
+  if (opts_.automatic && !spec.dataset.test_dataset && !spec.dataset.quant_calibration_dataset) {
+    skipped_ =
+        "no evaluation data: set dataset.test_dataset or dataset.quant_calibration_dataset "
+        "(quantize.sensitivity: false turns this off)";
+    return;
+  }
+  try {
+    s_ = std::make_unique<tune::Session>(spec, run, opts_.formats);
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (!opts_.automatic) throw;
+    spdlog::debug("automatic sensitivity: {}", e.what());
+    skipped_ = first_line(e.what());
+  }
+}
+
+SensitivityStage::~SensitivityStage() = default;
+
+nlohmann::json SensitivityStage::measure(const QuantRecord& record, size_t quantized_layers,
+                                         size_t calibration_samples, double calibration_s) {
+  if (opts_.automatic)
+    return measure_automatic(record, quantized_layers, calibration_samples, calibration_s);
+  s_->read(opts_.data, opts_.max_samples);
+  s_->start(opts_.on_progress, tune::input_ranges(record));
+  return tune::measure_sensitivity(*s_, opts_.on_progress).to_json();
+}
+
+// The automatic table: its cost bounded from below by the float model's
+// time before the simulator is set up, then as a probe took.
+nlohmann::json SensitivityStage::measure_automatic(const QuantRecord& record,
+                                                   size_t quantized_layers,
+                                                   size_t calibration_samples,
+                                                   double calibration_s) {
+  nlohmann::json j{{"automatic", true}};
+  if (skipped_.empty() && quantized_layers == 0) skipped_ = "no layer is quantized";
+  if (!skipped_.empty()) {
+    j["skipped"] = skipped_;
+    return j;
+  }
+  try {
+    const size_t samples = automatic_sensitivity_samples(quantized_layers, calibration_samples);
+    s_->read(opts_.data, samples);
+    const double float_s = s_->time_float(samples);  // per sample
+    const double pass = static_cast<double>(calibration_samples > 0 ? calibration_samples : 64);
+    const double budget = std::max({0.5, calibration_s, float_s * pass});
+    bool reverse = true;
+    tune::check_budget(float_s * static_cast<double>(std::min(samples, s_->sample().samples)),
+                       quantized_layers, s_->formats().size(), reverse, budget);
+    s_->start(opts_.on_progress, tune::input_ranges(record));
+    j.update(tune::measure_sensitivity(*s_, opts_.on_progress, 0, reverse, 0, budget).to_json());
+    j["budget_s"] = budget;
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const std::exception& e) {
+    spdlog::debug("automatic sensitivity: {}", e.what());
+    j["skipped"] = first_line(e.what());
+  }
+  return j;
 }
 
 std::optional<SensitivityOptions> sensitivity_request(const Spec& spec, bool by_default) {
@@ -180,6 +277,7 @@ nlohmann::json SensitivityReport::to_json() const {
       {"data", data},
       {"samples", samples},
       {"forward_passes", forward_passes},
+      {"reverse", reverse},
       {"all_quantized", {{"sqnr_db", finite(all_sqnr_db)}, {"top1_agreement", all_agreement}}},
       {"layers", layers_j}};
   if (float_top1) j["float_top1"] = *float_top1;

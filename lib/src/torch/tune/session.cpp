@@ -1,14 +1,17 @@
 #include "session.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <ATen/ATen.h>
 
+#include "taoquant/calibration.h"
 #include "taoquant/data.h"
 #include "taoquant/error.h"
 #include "taoquant/interrupt.h"
 #include "taoquant/model.h"
 #include "taoquant/sqnr.h"
+#include "taoquant/steps.h"
 
 namespace tq::tune {
 
@@ -133,29 +136,78 @@ Session::Session(const Spec& spec, const std::vector<DType>& formats, const std:
   if (progress) progress("planning", 0, 1);
   inspect_ = run_inspect(spec);
   formats_ = formats.empty() ? default_formats(inspect_.plan) : formats;
-  sample_ = read_sample(spec, evaluation_source(spec, data), max_samples);
-  auto model = load_model(spec.quantize.model_path, spec.loc("quantize.model_path"));
-  const auto caps = inspect_.backend.info->caps.for_mode(inspect_.plan.mode);
+  read(data, max_samples);
+  start(progress);
+}
+
+Session::Session(const Spec& spec, InspectOutcome run, const std::vector<DType>& formats)
+    : spec_(spec), inspect_(std::move(run)) {
+  formats_ = formats.empty() ? default_formats(inspect_.plan) : formats;
+}
+
+void Session::read(const std::string& data, size_t max_samples) {
+  sample_ = read_sample(spec_, evaluation_source(spec_, data), max_samples);
+  if (!loaded_) model_ = load_model(spec_.quantize.model_path, spec_.loc("quantize.model_path"));
+  loaded_ = true;
+}
+
+double Session::time_float(size_t samples) {
+  torch::NoGradGuard no_grad;
+  std::vector<c10::IValue> in;
+  for (const auto& t : sample_.batches.at(0))
+    in.emplace_back(t.narrow(0, 0, std::min<int64_t>(t.size(0), static_cast<int64_t>(samples))));
+  const int64_t n = in.front().toTensor().size(0);
+  NoGraphOptimization no_opt;  // as the simulator runs it
+  try {
+    (void)model_.forward(in);  // the first call: the interpreter's own set-up
+  } catch (const c10::Error& e) {
+    throw_input_mismatch(model_, Batch{sample_.batches.at(0), {}, 0}, "evaluation data",
+                         e.what_without_backtrace());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)model_.forward(in);
+  return seconds_since(t0) / static_cast<double>(n);
+}
+
+void Session::start(const Progress& progress, const InputRanges& ranges) {
+  if (!sim_) {
+    const auto caps = inspect_.backend.info->caps.for_mode(inspect_.plan.mode);
+    sim_ = std::make_unique<Simulator>(inspect_.plan, model_, formats_, caps.weight_dtypes,
+                                       caps.layer_kinds);
+  }
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<CalibrationData> calib;
-  if (inspect_.plan.mode == Mode::kStatic) {
-    require_calibration(spec);
-    loader = make_data_loader(spec, *spec.dataset.quant_calibration_dataset,
+  sim_->quantize_inputs(ranges, [&]() -> CalibrationData* {
+    require_calibration(spec_);
+    loader = make_data_loader(spec_, *spec_.dataset.quant_calibration_dataset,
                               "dataset.quant_calibration_dataset", /*want_labels=*/false);
     calib = std::make_unique<CalibrationData>(*loader, progress);
-  }
-  check_input_fits(model, Batch{sample_.batches.at(0), {}, 0}, "evaluation data");
-  sim_ = std::make_unique<Simulator>(inspect_.plan, model, formats_, caps.weight_dtypes,
-                                     caps.layer_kinds, calib.get());
+    return calib.get();
+  });
   sim_->assign({});
   std::vector<at::Tensor> outs;
-  for (const auto& b : sample_.batches) outs.push_back(sim_->run(b));
+  for (const auto& b : sample_.batches) {
+    try {
+      outs.push_back(sim_->run(b));
+    } catch (const c10::Error& e) {  // the first batch: the data does not fit the model
+      if (!outs.empty()) throw;
+      throw_input_mismatch(model_, Batch{b, {}, 0}, "evaluation data", e.what_without_backtrace());
+    }
+  }
   reference_ = at::cat(outs).to(at::kFloat).flatten(1);
   check_sample_labels(sample_, reference_.size(1));
   if (sample_.has_labels()) float_top1_ = metrics_of(reference_).top1;
 }
 
 Session::~Session() = default;
+
+InputRanges input_ranges(const QuantRecord& record) {
+  InputRanges out;
+  for (const auto& l : record.layers)
+    if (const QuantTensor* t = l.quantized ? record.input_of(l.name) : nullptr)
+      out.emplace(l.name, t->qparams());
+  return out;
+}
 
 Metrics Session::metrics_of(const at::Tensor& out) const {
   return metrics_against(reference_, sample_.labels, out);

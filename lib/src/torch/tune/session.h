@@ -12,6 +12,7 @@
 #include "simulator.h"
 #include "taoquant/data.h"
 #include "taoquant/pipeline.h"
+#include "taoquant/record.h"
 #include "taoquant/spec.h"
 #include "taoquant/tune.h"
 
@@ -52,6 +53,8 @@ using Progress = std::function<void(const std::string& what, size_t done, size_t
 
 class Session {
  public:
+  // Everything from the spec (tune, inspect --sensitivity): the model is
+  // loaded and planned, static mode observes the calibration data.
   // `data`: "validation" (dataset.validation_dataset, the default when it
   // is set), "test" (dataset.test_dataset, the default otherwise, when
   // set) or "calibration" (leading samples of
@@ -59,7 +62,22 @@ class Session {
   // `formats`: candidate weight formats (empty: the plan's, else int8).
   Session(const Spec& spec, const std::vector<DType>& formats, const std::string& data,
           size_t max_samples, const Progress& progress);
+  // A quantize run's session: its plan and backend; then read() (which
+  // loads the model file: a module of its own, which no pass of the run
+  // touched), and start() with the run's input ranges.
+  Session(const Spec& spec, InspectOutcome run, const std::vector<DType>& formats);
   ~Session();
+
+  // Reads the evaluation sample (see the first constructor for `data`), and
+  // loads the model once.
+  void read(const std::string& data, size_t max_samples);
+  // Seconds per sample of one float forward pass over the sample's leading
+  // `samples` (before start(): what a probe costs at least).
+  double time_float(size_t samples);
+  // Sets up the simulator and the float reference on the sample. Static
+  // mode: each layer's input range from `ranges`, the others observed over
+  // the calibration data (opened only then).
+  void start(const Progress& progress, const InputRanges& ranges = {});
 
   const Spec& spec() const { return spec_; }
   const InspectOutcome& inspected() const { return inspect_; }
@@ -81,6 +99,8 @@ class Session {
   const Spec& spec_;
   InspectOutcome inspect_;
   std::vector<DType> formats_;
+  torch::jit::Module model_;  // the float model, the simulator's from start() on
+  bool loaded_ = false;
   std::unique_ptr<Simulator> sim_;
   EvalSample sample_;
   at::Tensor reference_;  // float outputs, concatenated
@@ -92,8 +112,22 @@ class Session {
 // reverse view), ranked: what `inspect --sensitivity` prints.
 // `limit`: samples per probe (0: the whole sample); `reverse`: also the
 // reverse view (tune does without it); `budget_s` (> 0): fewer samples per
-// probe when the probes at `limit` would take longer (timed on the first).
+// probe when the probes at `limit` would take longer (timed on the first);
+// `skip_above_s` (> 0, the automatic table): when the probes would take
+// longer, the reverse view is left out, and when they still would, the
+// table is not measured (RuntimeError naming the estimate).
 SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit = 0,
-                                      bool reverse = true, double budget_s = 0);
+                                      bool reverse = true, double budget_s = 0,
+                                      double skip_above_s = 0);
+
+// One look at the automatic table's budget: `layers` x (`formats` + the
+// reverse view) probes at `per_probe_s` each, against `budget_s`; over it
+// the reverse view goes (`reverse` cleared), and over it still, the table
+// (RuntimeError naming the estimate).
+void check_budget(double per_probe_s, size_t layers, size_t formats, bool& reverse,
+                  double budget_s);
+
+// A quantize run's input ranges, by layer (static mode).
+InputRanges input_ranges(const QuantRecord& record);
 
 }  // namespace tq::tune

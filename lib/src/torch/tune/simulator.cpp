@@ -120,15 +120,17 @@ struct Simulator::Impl {
     }
   }
 
-  // Static mode: the planned observer over each layer's calibration inputs.
-  void calibrate(const std::vector<SimLayer>& layers, CalibrationData& data) {
+  // Static mode: the planned observer over the calibration inputs of each
+  // layer in `which` (indices into `layers`).
+  void calibrate(const std::vector<SimLayer>& layers, const std::vector<size_t>& which,
+                 CalibrationData& data) {
     std::map<std::string, std::unique_ptr<Observer>> obs;
     std::map<std::string, DType> dtypes;
     const LayerPlan* fallback = nullptr;  // a quantized input setting for unplanned layers
     for (const auto* lp : plans)
       if (!fallback && lp->activations.quantized()) fallback = lp;
     if (!fallback) return;
-    for (size_t i = 0; i < layers.size(); ++i) {
+    for (size_t i : which) {
       const auto& t =
           plans[i]->activations.quantized() ? plans[i]->activations : fallback->activations;
       ObserverConfig cfg;
@@ -145,20 +147,19 @@ struct Simulator::Impl {
         if (it != obs.end() && x.is_floating_point()) it->second->observe(x);
       });
     });
-    for (size_t i = 0; i < layers.size(); ++i)
+    for (size_t i : which)
       acts[i] = ActQuant{false, obs[layers[i].name]->finalize(), dtypes[layers[i].name]};
   }
 };
 
-Simulator::Simulator(const Plan& plan, const torch::jit::Module& float_model,
+Simulator::Simulator(const Plan& plan, torch::jit::Module float_model,
                      const std::vector<DType>& candidates, const std::vector<DType>& backend_dtypes,
-                     const std::vector<LayerKind>& backend_kinds, CalibrationData* calib)
+                     const std::vector<LayerKind>& backend_kinds)
     : impl_(new Impl) {
   auto& I = *impl_;
   I.plan = &plan;
-  torch::jit::Module copy = float_model.deepcopy();
-  copy.eval();
-  I.model = plan.mode == Mode::kStatic ? jit::fold_conv_batchnorm(copy) : copy;
+  float_model.eval();
+  I.model = plan.mode == Mode::kStatic ? jit::fold_conv_batchnorm(float_model) : float_model;
   for (const auto& lp : plan.layers) {
     if (!lp.float_reason.empty() || lp.skipped || !contains(backend_kinds, lp.info.kind)) continue;
     SimLayer l{
@@ -177,13 +178,30 @@ Simulator::Simulator(const Plan& plan, const torch::jit::Module& float_model,
   }
   I.acts.resize(layers_.size());
   I.state.active.assign(layers_.size(), nullptr);
-  if (plan.mode == Mode::kStatic && calib) I.calibrate(layers_, *calib);
   if (plan.mode == Mode::kDynamic)
     for (auto& a : I.acts) a = ActQuant{true, {}, DType::kUInt8};
   I.tap(layers_);
 }
 
 Simulator::~Simulator() = default;
+
+size_t Simulator::quantize_inputs(const InputRanges& known,
+                                  const std::function<CalibrationData*()>& calib) {
+  auto& I = *impl_;
+  if (I.plan->mode != Mode::kStatic) return 0;
+  std::vector<size_t> unknown;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto it = known.find(layers_[i].name);
+    if (it == known.end()) {
+      unknown.push_back(i);
+      continue;
+    }
+    I.acts[i] = ActQuant{false, it->second, it->second.dtype};
+  }
+  CalibrationData* data = unknown.empty() ? nullptr : calib();
+  if (data) I.calibrate(layers_, unknown, *data);
+  return data ? unknown.size() : 0;
+}
 
 void Simulator::assign(const Assignment& a) {
   auto& I = *impl_;

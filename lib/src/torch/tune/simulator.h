@@ -7,6 +7,7 @@
 // assignment of formats does to the model's output. Not installed.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include <torch/script.h>
 
+#include "taoquant/observer.h"
 #include "taoquant/plan.h"
 
 namespace tq {
@@ -34,14 +36,26 @@ struct SimLayer {
 // A format per layer name; a layer not named stays float.
 using Assignment = std::map<std::string, DType>;
 
+// Static mode: a layer's input quantization as a quantize run chose it (its
+// record's range), by layer name.
+using InputRanges = std::map<std::string, QParams>;
+
 class Simulator {
  public:
   // `candidates`: the weight formats to consider (native excluded); each
   // layer gets those its backend supports for its kind in the plan's mode.
-  // Static mode reads `calib` once for the activation qparams.
-  Simulator(const Plan& plan, const torch::jit::Module& float_model,
+  // Static mode: inputs are left alone until quantize_inputs. The
+  // simulator changes `float_model`'s weights and taps its graph: it must
+  // be a module of its own (a fresh load, or a clone()).
+  Simulator(const Plan& plan, torch::jit::Module float_model,
             const std::vector<DType>& candidates, const std::vector<DType>& backend_dtypes,
-            const std::vector<LayerKind>& backend_kinds, CalibrationData* calib);
+            const std::vector<LayerKind>& backend_kinds);
+  // Static mode: each layer's input qparams, from `known` where it names
+  // the layer, else from the planned observer over the calibration data
+  // (`calib()` is called, once, only when some layer needs it; null: those
+  // layers' inputs stay float). Returns how many layers were observed.
+  size_t quantize_inputs(const InputRanges& known,
+                         const std::function<CalibrationData*()>& calib);
   ~Simulator();
   Simulator(const Simulator&) = delete;
   Simulator& operator=(const Simulator&) = delete;
