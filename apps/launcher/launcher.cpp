@@ -9,6 +9,14 @@
 //       forward pass allocates activation buffers afresh; with 4 KiB pages a
 //       ResNet-18 quantize took ~200,000 page faults (about 1 s of a 6 s run
 //       on a 2-core VM). Only glibc reads this, and only at process start.
+//   OPENBLAS_NUM_THREADS=1   LibTorch's intra-op threads are OpenMP's, and
+//       each of them calls OpenBLAS for float convolutions and matmuls;
+//       Debian's OpenBLAS (pthread build) starts a pool of its own on the
+//       same cores, whose idle threads spin in sched_yield (13% of a
+//       ResNet-50 quantize's CPU samples). One BLAS thread per caller: a
+//       ResNet-50 quantize took 6.3 s instead of 8.1, the Fashion-MNIST CNN
+//       1.29 s instead of 1.49 (medians of 4, interleaved; benchmarks.md).
+//       OpenBLAS reads it when it loads, before main.
 // TQ_HUGEPAGES=0 leaves the allocator as it is. TQ_LAUNCHER names this
 // launcher, so that `tao-quant batch` starts its jobs the same way.
 #include <unistd.h>
@@ -42,6 +50,7 @@ int main(int argc, char** argv) {
   const char* hp = std::getenv("TQ_HUGEPAGES");
   if (!hp || std::strcmp(hp, "0") != 0)
     add_tunable("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb");
+  ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/0);
   const std::string self = self_exe();
   const auto slash = self.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);

@@ -44,11 +44,12 @@ std::vector<int> probe_threads() {
 std::string run_sequence(const Int8Layer& l, const std::vector<int64_t>& sizes, int threads) {
   int64_t prev = 1, bs = 1;
   try {
-    (void)run_kernel(l.kernel, resize_batch(l.x, 1), l.input);
+    const at::Tensor xq = quantize_input(l.x, l.input);  // once: its codes make every size
+    (void)run_quantized(l.kernel, resize_quantized_batch(xq, 1), l.input);
     for (int64_t n : sizes) {
       for (int64_t b : {n, int64_t{1}}) {
         bs = b;
-        (void)run_kernel(l.kernel, resize_batch(l.x, b), l.input);
+        (void)run_quantized(l.kernel, resize_quantized_batch(xq, b), l.input);
         prev = b;
       }
     }

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "latency.h"
+#include "taoquant/latency.h"
 
 namespace tq::libtorch {
 
@@ -71,12 +72,24 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
   return {*op, packed, kind, key};
 }
 
-at::Tensor run_kernel(const LayerKernel& k, const at::Tensor& x, const QParams& aq) {
-  auto xq = at::quantize_per_tensor(x, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
+at::Tensor quantize_input(const at::Tensor& x, const QParams& aq) {
+  return at::quantize_per_tensor(x, aq.scale[0], aq.zero_point[0], c10::kQUInt8);
+}
+
+at::Tensor run_quantized(const LayerKernel& k, const at::Tensor& xq, const QParams& aq) {
   return call_op(k.op.op, k.op.overload,
                  {xq, k.packed, aq.scale[0], static_cast<int64_t>(aq.zero_point[0])})
       .at(0)
       .toTensor();
+}
+
+at::Tensor run_kernel(const LayerKernel& k, const at::Tensor& x, const QParams& aq) {
+  return run_quantized(k, quantize_input(x, aq), aq);
+}
+
+at::Tensor resize_quantized_batch(const at::Tensor& xq, int64_t bs) {
+  return at::_make_per_tensor_quantized_tensor(resize_batch(xq.int_repr(), bs), xq.q_scale(),
+                                               xq.q_zero_point());
 }
 
 void for_each_int8_layer(const Plan& plan, const torch::jit::Module& folded,

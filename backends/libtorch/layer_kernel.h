@@ -42,6 +42,15 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
 
 // quantize(x) -> the kernel -> the int8 output (not dequantized).
 at::Tensor run_kernel(const LayerKernel& k, const at::Tensor& x, const QParams& aq);
+// The two halves of run_kernel: `x` quantized to the layer's input qparams
+// (quint8), and the kernel on it.
+at::Tensor quantize_input(const at::Tensor& x, const QParams& aq);
+at::Tensor run_quantized(const LayerKernel& k, const at::Tensor& xq, const QParams& aq);
+// A quantized (per-tensor) batch at another batch size, from its codes:
+// the same values as quantizing the float batch resized (resize_batch),
+// without quantizing again (LibTorch 1.13's CPU quantize_per_tensor is a
+// scalar loop).
+at::Tensor resize_quantized_batch(const at::Tensor& xq, int64_t bs);
 
 // An int8 layer of the plan, ready to run alone.
 struct Int8Layer {
