@@ -55,15 +55,21 @@ struct Timed {
   bool contended = false;
 };
 
-// Interleaved medians: a short look; a clear difference (either way, 25% or
-// more) needs no more precision, a close call gets the full budget.
+// Interleaved medians: a short look (3 rounds); a clear difference (either
+// way, 25% or more) needs no more precision, a close call gets the full
+// budget, in as many rounds as fit in it (at least 3, at most `full_reps`):
+// calls so long that only 3 fit (a model at batch 32) are what the short
+// look already measured, each round one call whose timer noise is small
+// against its length.
 template <class FA, class FB>
 Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms) {
   Timed t;
   std::tie(t.fp32, t.int8) = ab_medians_ms(a, b, 3, 15, warm, &t.contended);
-  if (t.int8 > 0.75 * t.fp32 && t.int8 < 1.33 * t.fp32)
-    std::tie(t.fp32, t.int8) =
-        ab_medians_ms(a, b, full_reps, full_budget_ms, /*warm=*/false, &t.contended);
+  if (!(t.int8 > 0.75 * t.fp32 && t.int8 < 1.33 * t.fp32)) return t;
+  const double call_ms = std::max({t.fp32, t.int8, 1e-6});
+  const int reps = static_cast<int>(std::clamp(full_budget_ms / call_ms, 3.0, double(full_reps)));
+  if (reps > 3 || t.contended)
+    std::tie(t.fp32, t.int8) = ab_medians_ms(a, b, reps, full_budget_ms, /*warm=*/false, &t.contended);
   return t;
 }
 
