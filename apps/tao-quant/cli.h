@@ -82,13 +82,6 @@ enum class HtmlKind { kQuantize, kEvaluate, kBatch };
 std::string write_html(const Options& o, HtmlKind kind, const nlohmann::json& report,
                        const std::string& json_path);
 
-// static_ptq activation defaults and notes (activation_defaults.cpp).
-// Sets int8 (fp8 for fp8 weights) when static_ptq names no activation dtype;
-// returns the one-line note ("" when unchanged).
-std::string apply_static_activation_default(tq::Spec& spec);
-// A warning when a static_ptq plan quantizes no activation ("" otherwise).
-std::string native_activation_warning(const tq::Plan& plan);
-
 // `evaluate` (cmd_evaluate.cpp).
 void setup_evaluate(CLI::App& app, Options& o);
 int run_evaluate(Options& o);

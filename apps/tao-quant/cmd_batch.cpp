@@ -18,6 +18,7 @@
 #include "option_table.h"
 #include "taoquant/batch.h"
 #include "taoquant/report.h"
+#include "taoquant/result_files.h"
 
 namespace tqcli {
 

@@ -97,41 +97,25 @@ tq::QuantizeOptions quantize_options(const Options& o) {
   return qo;
 }
 
-// The spec with the static_ptq activation default applied (and said once).
-tq::Spec load_quantize_spec(const Options& o, std::string* note = nullptr) {
+// The spec, with what its reader decided for the user said once.
+tq::Spec load_quantize_spec(const Options& o) {
   auto spec = tq::load_spec(o.spec, o.overrides);
-  const std::string n = apply_static_activation_default(spec);
-  if (!n.empty()) spdlog::info("{}", n);
-  if (note) *note = n;
+  for (const auto& n : spec.notes) spdlog::info("{}", n);
   return spec;
 }
 
-// Notes and the native-activation warning: printed under the summary and
-// added to the report (rewritten when they change it).
-std::string add_activation_notes(tq::QuantizeOutcome& out, const std::string& default_note) {
-  std::vector<std::string> notes;
-  if (!default_note.empty()) notes.push_back(default_note);
-  const std::string warning = native_activation_warning(out.plan);
-  if (notes.empty() && warning.empty()) return "";
+// The spec's notes, as the lines under the summary.
+std::string notes_text(const tq::Spec& spec) {
   std::string text;
-  for (const auto& n : notes) text += "note:    " + n + "\n";
-  if (!warning.empty()) {  // format_quantize_summary prints it with the others
-    out.warnings.push_back(warning);
-    out.report["warnings"].push_back(warning);
-  }
-  out.report["notes"] = notes;
-  tq::write_file_atomic(out.report_path, out.report.dump(2) + "\n");
+  for (const auto& n : spec.notes) text += "note:    " + n + "\n";
   return text;
 }
 
 int run_quantize(Options& o) {
-  std::string default_note;
-  auto spec = load_quantize_spec(o, &default_note);
+  auto spec = load_quantize_spec(o);
   if (o.dry_run) {
     auto out = tq::run_inspect(spec, quantize_options(o));
     std::cout << (o.json ? out.to_json().dump(2) + "\n" : tq::format_plan_table(out.plan));
-    const std::string w = native_activation_warning(out.plan);
-    if (!o.json && !w.empty()) std::cout << "warning: " << w << "\n";
     return 0;
   }
   tq::InterruptGuard interruptible;  // SIGINT/SIGTERM: exit 130/143, the earlier pair kept
@@ -146,7 +130,7 @@ int run_quantize(Options& o) {
     if (!o.quiet && !o.json) std::cout << tq::format_layer_line(r, i, total, width) << std::endl;
   };
   auto out = tq::run_quantize(spec, qo);
-  const std::string notes = add_activation_notes(out, default_note);
+  const std::string notes = notes_text(spec);
   const std::string html = write_html(o, HtmlKind::kQuantize, out.report, out.report_path);
   if (o.json)
     std::cout << out.report.dump(2) << "\n";
@@ -230,8 +214,6 @@ int run_inspect(Options& o) {
     if (out.backend.requested != out.backend.info->name)
       std::cout << " (" << out.backend.info->name << ")";
     std::cout << ", model " << out.model_path << "\n\n" << tq::format_plan_table(out.plan);
-    const std::string w = native_activation_warning(out.plan);
-    if (!w.empty()) std::cout << "warning: " << w << "\n";
   }
   return 0;
 }

@@ -11,8 +11,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "taoquant/batch.h"
 #include "taoquant/calibration.h"
+#include "taoquant/hash.h"
 #include "taoquant/jit.h"
 #include "taoquant/latency.h"
 #include "taoquant/model.h"
@@ -69,7 +69,8 @@ Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms) {
   const double call_ms = std::max({t.fp32, t.int8, 1e-6});
   const int reps = static_cast<int>(std::clamp(full_budget_ms / call_ms, 3.0, double(full_reps)));
   if (reps > 3 || t.contended)
-    std::tie(t.fp32, t.int8) = ab_medians_ms(a, b, reps, full_budget_ms, /*warm=*/false, &t.contended);
+    std::tie(t.fp32, t.int8) =
+        ab_medians_ms(a, b, reps, full_budget_ms, /*warm=*/false, &t.contended);
   return t;
 }
 
@@ -143,7 +144,9 @@ Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
   return look(run_f, run_q, /*warm=*/false, 7, 300);
 }
 
-bool clear_win(const LatencyPair& p) { return p.int8_ms <= kInferRatio * p.fp32_ms; }
+bool clear_win(const LatencyPair& p) {
+  return p.int8_ms <= kInferRatio * p.fp32_ms;
+}
 
 // A clear win (int8 at most kInferRatio of fp32) at the smallest and at the
 // largest size stands for every size between: the speed-up moves smoothly

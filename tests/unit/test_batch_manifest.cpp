@@ -7,6 +7,7 @@
 
 #include "batch_test_util.h"
 #include "taoquant/batch.h"
+#include "taoquant/result_files.h"
 
 using Catch::Matchers::Contains;
 using tqtest::ScratchDir;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "taoquant/error.h"
+#include "taoquant/hash.h"
 
 namespace tq {
 
@@ -175,32 +176,5 @@ std::string write_batch_outputs(const BatchSummary& s, const std::string& out_di
 
 // The number of CPUs this process may run on (affinity mask), at least 1.
 int usable_cores();
-
-// ---------------------------------------------------------------- hashing
-
-// XXH64 (seed 0 by default): a fast 64-bit non-cryptographic hash, used to
-// tell whether a job's inputs changed since its results were written.
-class Hash64 {
- public:
-  explicit Hash64(uint64_t seed = 0);
-  Hash64& update(const void* data, size_t len);
-  Hash64& update(const std::string& s) { return update(s.data(), s.size()); }
-  uint64_t digest() const;
-  std::string hex() const;  // 16 lowercase hex digits
-
- private:
-  uint64_t v_[4];
-  uint64_t total_ = 0;
-  unsigned char buf_[32];
-  size_t buf_len_ = 0;
-  uint64_t seed_;
-};
-
-// Content hash of a regular file; throws RuntimeError if it cannot be read.
-std::string hash_file(const std::string& path);
-
-// Writes `data` to `path` through a temporary file and a rename, creating
-// parent directories (torch-free twin of write_file_atomic in model.h).
-void write_text_atomic(const std::string& path, const std::string& data);
 
 }  // namespace tq

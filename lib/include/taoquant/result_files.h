@@ -26,6 +26,11 @@ void sync_parent_dir(const std::string& path);
 void rename_file(const std::string& from, const std::string& to);
 void rename_durably(const std::string& from, const std::string& to);
 
+// Writes `data` to `path` through a temporary file and a rename, creating
+// parent directories (fsync of the file, then rename_durably; the torch-free twin of
+// write_file_atomic in model.h).
+void write_text_atomic(const std::string& path, const std::string& data);
+
 // {file: the name `as_name` will have, bytes, xxh64} of the file at `path`.
 nlohmann::json artifact_fingerprint(const std::string& path, const std::string& as_name);
 

@@ -141,6 +141,9 @@ struct Spec {
   // Dotted keys whose value is `???` ("a value you must fill in"), also
   // through interpolation. Such keys are treated as unset.
   std::set<std::string> missing;
+  // What the reader decided for the user (a default it filled in, and
+  // how to choose otherwise): said once, kept in the report's `notes`.
+  std::vector<std::string> notes;
 
   // Location of a key, or the spec file with no line when unknown.
   SourceLoc loc(const std::string& dotted) const;

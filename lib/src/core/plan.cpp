@@ -284,6 +284,14 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
 
   if (ignored_activations)
     plan.warnings.push_back("activation dtypes are ignored in mode weight_only_ptq");
+  if (q.mode == Mode::kStatic &&
+      std::none_of(plan.layers.begin(), plan.layers.end(), [](const LayerPlan& lp) {
+        return lp.quantized() && lp.activations.quantized();
+      }))
+    plan.warnings.push_back(
+        "static_ptq quantized no activation: they are native. Set "
+        "quantize.default_activation_dtype=int8 (or remove it: static_ptq then defaults to "
+        "int8), or use quantize.mode=weight_only_ptq");
   for (size_t i = 0; i < q.layers.size(); ++i)
     if (rule_hits[i] == 0)
       warn_unused(plan, q.layers[i].loc, "layers[" + std::to_string(i) + "] module_name",

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/messages.h"
-#include "taoquant/batch.h"
+#include "taoquant/result_files.h"
 
 namespace tq {
 

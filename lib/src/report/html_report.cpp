@@ -7,8 +7,8 @@
 
 #include <kainjow/mustache.hpp>
 
-#include "taoquant/batch.h"
 #include "taoquant/error.h"
+#include "taoquant/result_files.h"
 #include "taoquant_templates.h"
 #include "views.h"
 

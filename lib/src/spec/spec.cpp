@@ -50,6 +50,31 @@ void index_tree(const Node& n, const std::string& path, Spec& spec) {
   throw SpecError(loc, key + " is not set: " + what + "; " + how);
 }
 
+// Whether the spec names an activation dtype anywhere (the default, or a
+// layer rule's activations).
+bool activations_set(const Spec& spec) {
+  if (spec.locs.count("quantize.default_activation_dtype")) return true;
+  for (const auto& rule : spec.quantize.layers)
+    if (rule.activations && rule.activations->dtype) return true;
+  return false;
+}
+
+// static_ptq with no activation dtype anywhere: fp8 weights get fp8
+// activations (ModelOpt's FP8 recipe), everything else int8, the dtype
+// static int8 kernels take (LibTorch runs it as uint8). A rule of the
+// library, so that the CLI and tq::run_quantize plan a spec alike.
+void apply_static_activation_default(Spec& spec) {
+  auto& q = spec.quantize;
+  if (q.mode != Mode::kStatic || activations_set(spec)) return;
+  const bool fp8 =
+      q.default_layer_dtype == DType::kFp8E4M3 || q.default_layer_dtype == DType::kFp8E5M2;
+  q.default_activation_dtype = fp8 ? q.default_layer_dtype : DType::kInt8;
+  const std::string name(to_string(q.default_activation_dtype));
+  spec.resolved["quantize"]["default_activation_dtype"] = name;
+  spec.notes.push_back("static_ptq with no activation dtype in the spec: activations default to " +
+                       name + " (set quantize.default_activation_dtype to choose)");
+}
+
 }  // namespace
 
 Spec parse_spec_text(const std::string& text, const std::string& name,
@@ -73,6 +98,7 @@ Spec parse_spec_text(const std::string& text, const std::string& name,
   index_tree(*root, "", spec);
   spec_detail::read_sections(*root, referenced, spec);
   if (spec.quantize.results_dir.empty()) spec.quantize.results_dir = spec.results_dir;
+  apply_static_activation_default(spec);
   return spec;
 }
 

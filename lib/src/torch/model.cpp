@@ -16,8 +16,8 @@
 #include <torch/script.h>
 
 #include "core/messages.h"
-#include "taoquant/batch.h"
 #include "taoquant/jit.h"
+#include "taoquant/result_files.h"
 
 namespace tq {
 

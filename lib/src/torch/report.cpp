@@ -98,6 +98,7 @@ nlohmann::json make_quantize_report(const QuantizeReportInput& in) {
             {"file_bytes_after", out.artifact_file_bytes},
             {"file_ratio", ratio(out.artifact_file_bytes, out.model_file_bytes)}}},
           {"timings", in.timings},
+          {"notes", in.spec.notes},
           {"warnings", out.warnings}};
 }
 

@@ -47,15 +47,13 @@ class Simulator {
   // Static mode: inputs are left alone until quantize_inputs. The
   // simulator changes `float_model`'s weights and taps its graph: it must
   // be a module of its own (a fresh load, or a clone()).
-  Simulator(const Plan& plan, torch::jit::Module float_model,
-            const std::vector<DType>& candidates, const std::vector<DType>& backend_dtypes,
-            const std::vector<LayerKind>& backend_kinds);
+  Simulator(const Plan& plan, torch::jit::Module float_model, const std::vector<DType>& candidates,
+            const std::vector<DType>& backend_dtypes, const std::vector<LayerKind>& backend_kinds);
   // Static mode: each layer's input qparams, from `known` where it names
   // the layer, else from the planned observer over the calibration data
   // (`calib()` is called, once, only when some layer needs it; null: those
   // layers' inputs stay float). Returns how many layers were observed.
-  size_t quantize_inputs(const InputRanges& known,
-                         const std::function<CalibrationData*()>& calib);
+  size_t quantize_inputs(const InputRanges& known, const std::function<CalibrationData*()>& calib);
   ~Simulator();
   Simulator(const Simulator&) = delete;
   Simulator& operator=(const Simulator&) = delete;

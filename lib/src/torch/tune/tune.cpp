@@ -15,10 +15,10 @@
 #include <torch/script.h>
 
 #include "search.h"
-#include "taoquant/batch.h"
 #include "taoquant/calibration.h"
 #include "taoquant/interrupt.h"
 #include "taoquant/model.h"
+#include "taoquant/result_files.h"
 #include "taoquant/steps.h"
 #include "taoquant/timing_cache.h"
 #include "taoquant/tune.h"

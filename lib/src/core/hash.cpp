@@ -1,16 +1,15 @@
 // XXH64 (Yann Collet's xxHash, 64-bit variant, written from its published
-// algorithm description), file hashing and atomic text writes.
+// algorithm description) and file hashing.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <random>
+#include <vector>
 
-#include "taoquant/batch.h"
-#include "taoquant/result_files.h"
+#include "taoquant/error.h"
+#include "taoquant/hash.h"
 
 namespace tq {
 namespace {
@@ -140,43 +139,6 @@ std::string hash_file(const std::string& path) {
   }
   ::close(fd);
   return h.hex();
-}
-
-void write_text_atomic(const std::string& path, const std::string& data) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec)
-      throw RuntimeError("cannot create the directory '" + target.parent_path().string() +
-                         "': " + ec.message());
-  }
-  std::random_device rd;
-  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                       std::to_string(rd() & 0xffffff);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw RuntimeError("cannot write '" + tmp.string() + "': " + std::strerror(errno));
-  size_t off = 0;
-  while (off < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw RuntimeError("cannot write '" + tmp.string() + "': " + std::strerror(err));
-    }
-    off += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  int err = synced ? 0 : errno;
-  if (::close(fd) != 0 && synced) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    throw RuntimeError("cannot write '" + tmp.string() + "': " + std::strerror(err));
-  }
-  rename_durably(tmp.string(), path);
 }
 
 }  // namespace tq
