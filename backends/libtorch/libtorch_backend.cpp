@@ -102,7 +102,8 @@ std::vector<ModeCaps> mode_tables() {
               {{DType::kInt8, DType::kUInt8}},
               group_as_channel,
               /*bias_correction=*/true,
-              /*times_model=*/true};
+              /*times_model=*/true,
+              /*folds_batchnorm=*/true};
   ModeCaps dyn{Mode::kDynamic,
                int8,
                acts,

@@ -74,6 +74,10 @@ struct ModeCaps {
   // backend.meta.latency_check) unless backend_kwargs.latency_check is
   // false: what tune's min_speedup gate needs.
   bool times_model = false;
+  // Static mode: Conv+BatchNorm pairs are folded before the weights are
+  // quantized (the folded weight is the one rounded): what the tune and
+  // sensitivity simulator must do to predict this backend's artifact.
+  bool folds_batchnorm = false;
 };
 
 // What a backend can do. Checked against the spec before the model loads.

@@ -85,16 +85,16 @@ class SensitivityStage {
   SensitivityStage(const SensitivityStage&) = delete;
   SensitivityStage& operator=(const SensitivityStage&) = delete;
   // The table, or {automatic, skipped: why}. The automatic one: about one
-  // calibration pass of `calibration_samples` (automatic_sensitivity_samples)
-  // taking about `calibration_s` (at least half a second, or the float
-  // model's time over those samples): over it, without the reverse view,
-  // and over it still, skipped.
+  // calibration pass of `calibration_samples` (automatic_sensitivity_samples);
+  // when even one sample per probe is more, without the reverse view, and
+  // when that still is, skipped (counted in samples: the same inputs give
+  // the same report).
   nlohmann::json measure(const QuantRecord& record, size_t quantized_layers,
-                         size_t calibration_samples, double calibration_s);
+                         size_t calibration_samples);
 
  private:
   nlohmann::json measure_automatic(const QuantRecord& record, size_t quantized_layers,
-                                   size_t calibration_samples, double calibration_s);
+                                   size_t calibration_samples);
   const Spec& spec_;
   SensitivityOptions opts_;
   std::unique_ptr<tune::Session> s_;

@@ -60,35 +60,10 @@ nlohmann::json finite(double v) {
 
 namespace tune {
 
-void check_budget(double per_probe_s, size_t layers, size_t formats, bool& reverse,
-                  double budget_s) {
-  const auto probes = [&] { return layers * (formats + (reverse ? 1 : 0)); };
-  const auto cost = [&] { return per_probe_s * static_cast<double>(probes()); };
-  if (cost() > budget_s) reverse = false;
-  if (cost() <= budget_s) return;
-  char buf[200];
-  std::snprintf(buf, sizeof buf,
-                "its %zu forward passes would take about %.1f s, over this run's budget for it "
-                "(%.1f s, about one calibration pass)",
-                probes(), cost(), budget_s);
-  throw RuntimeError(std::string(buf) +
-                     "; quantize.sensitivity: true measures the table whatever it costs");
-}
-
-namespace {
-
-// The budget again, as one layer alone (the first) took.
-void fit_budget(Session& s, size_t limit, size_t formats, bool& reverse, double budget_s) {
-  const auto& layers = s.sim().layers();
-  const auto t0 = std::chrono::steady_clock::now();
-  (void)s.measure({{layers.front().name, layers.front().formats.front()}}, limit);
-  check_budget(seconds_since(t0), layers.size(), formats, reverse, budget_s);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit,
-                                      bool reverse, double budget_s, double skip_above_s) {
+                                      bool reverse, double budget_s) {
   auto& sim = s.sim();
   SensitivityReport r;
   r.formats = s.formats();
@@ -101,9 +76,6 @@ SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, 
                      s.inspected().backend.info->name + "' in " +
                      std::string(to_string(s.plan().mode)));
   const Assignment all = all_quantized(sim);
-  if (skip_above_s > 0)
-    fit_budget(s, limit ? std::min(limit, r.samples) : r.samples, r.formats.size(), reverse,
-               skip_above_s);
   const auto t0 = std::chrono::steady_clock::now();
   auto base = s.measure(all, limit);
   limit = limit ? std::min(limit, r.samples) : r.samples;
@@ -173,38 +145,41 @@ SensitivityStage::SensitivityStage(const Spec& spec, SensitivityOptions opts,
 SensitivityStage::~SensitivityStage() = default;
 
 nlohmann::json SensitivityStage::measure(const QuantRecord& record, size_t quantized_layers,
-                                         size_t calibration_samples, double calibration_s) {
-  if (opts_.automatic)
-    return measure_automatic(record, quantized_layers, calibration_samples, calibration_s);
+                                         size_t calibration_samples) {
+  if (opts_.automatic) return measure_automatic(record, quantized_layers, calibration_samples);
   s_->read(opts_.data, opts_.max_samples);
   s_->start(opts_.on_progress, tune::input_ranges(record));
   return tune::measure_sensitivity(*s_, opts_.on_progress).to_json();
 }
 
-// The automatic table: its cost bounded from below by the float model's
-// time before the simulator is set up, then as a probe took.
+// The automatic table: about one calibration pass of C samples (64 when
+// the run calibrates nothing), counted in samples, not seconds, so that the
+// same inputs give the same report: its L x (F + 1) + 2 probes (each of the
+// L layers alone in each of the F formats and alone float, all, none) of at
+// least one sample each fit in C; else without the reverse view, L x F + 2;
+// else none.
 nlohmann::json SensitivityStage::measure_automatic(const QuantRecord& record,
                                                    size_t quantized_layers,
-                                                   size_t calibration_samples,
-                                                   double calibration_s) {
+                                                   size_t calibration_samples) {
   nlohmann::json j{{"automatic", true}};
   if (skipped_.empty() && quantized_layers == 0) skipped_ = "no layer is quantized";
+  const size_t pass = calibration_samples > 0 ? calibration_samples : 64;
+  const size_t formats = s_ ? s_->formats().size() : 1;
+  const size_t full = quantized_layers * (formats + 1) + 2, alone = quantized_layers * formats + 2;
+  if (skipped_.empty() && alone > pass)
+    skipped_ = "its " + std::to_string(alone) +
+               " forward passes of one sample each (every layer alone, all, none) are more than "
+               "the calibration pass's " +
+               std::to_string(pass) +
+               " samples it is sized to; quantize.sensitivity: true measures it whatever it costs";
   if (!skipped_.empty()) {
     j["skipped"] = skipped_;
     return j;
   }
   try {
-    const size_t samples = automatic_sensitivity_samples(quantized_layers, calibration_samples);
-    s_->read(opts_.data, samples);
-    const double float_s = s_->time_float(samples);  // per sample
-    const double pass = static_cast<double>(calibration_samples > 0 ? calibration_samples : 64);
-    const double budget = std::max({0.5, calibration_s, float_s * pass});
-    bool reverse = true;
-    tune::check_budget(float_s * static_cast<double>(std::min(samples, s_->sample().samples)),
-                       quantized_layers, s_->formats().size(), reverse, budget);
+    s_->read(opts_.data, automatic_sensitivity_samples(quantized_layers, calibration_samples));
     s_->start(opts_.on_progress, tune::input_ranges(record));
-    j.update(tune::measure_sensitivity(*s_, opts_.on_progress, 0, reverse, 0, budget).to_json());
-    j["budget_s"] = budget;
+    j.update(tune::measure_sensitivity(*s_, opts_.on_progress, 0, full <= pass).to_json());
   } catch (const Interrupted&) {
     throw;
   } catch (const std::exception& e) {

@@ -151,29 +151,10 @@ void Session::read(const std::string& data, size_t max_samples) {
   loaded_ = true;
 }
 
-double Session::time_float(size_t samples) {
-  torch::NoGradGuard no_grad;
-  std::vector<c10::IValue> in;
-  for (const auto& t : sample_.batches.at(0))
-    in.emplace_back(t.narrow(0, 0, std::min<int64_t>(t.size(0), static_cast<int64_t>(samples))));
-  const int64_t n = in.front().toTensor().size(0);
-  NoGraphOptimization no_opt;  // as the simulator runs it
-  try {
-    (void)model_.forward(in);  // the first call: the interpreter's own set-up
-  } catch (const c10::Error& e) {
-    throw_input_mismatch(model_, Batch{sample_.batches.at(0), {}, 0}, "evaluation data",
-                         e.what_without_backtrace());
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  (void)model_.forward(in);
-  return seconds_since(t0) / static_cast<double>(n);
-}
-
 void Session::start(const Progress& progress, const InputRanges& ranges) {
   if (!sim_) {
     const auto caps = inspect_.backend.info->caps.for_mode(inspect_.plan.mode);
-    sim_ = std::make_unique<Simulator>(inspect_.plan, model_, formats_, caps.weight_dtypes,
-                                       caps.layer_kinds);
+    sim_ = std::make_unique<Simulator>(inspect_.plan, model_, formats_, caps);
   }
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<CalibrationData> calib;

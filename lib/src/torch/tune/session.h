@@ -71,9 +71,6 @@ class Session {
   // Reads the evaluation sample (see the first constructor for `data`), and
   // loads the model once.
   void read(const std::string& data, size_t max_samples);
-  // Seconds per sample of one float forward pass over the sample's leading
-  // `samples` (before start(): what a probe costs at least).
-  double time_float(size_t samples);
   // Sets up the simulator and the float reference on the sample. Static
   // mode: each layer's input range from `ranges`, the others observed over
   // the calibration data (opened only then).
@@ -112,20 +109,9 @@ class Session {
 // reverse view), ranked: what `inspect --sensitivity` prints.
 // `limit`: samples per probe (0: the whole sample); `reverse`: also the
 // reverse view (tune does without it); `budget_s` (> 0): fewer samples per
-// probe when the probes at `limit` would take longer (timed on the first);
-// `skip_above_s` (> 0, the automatic table): when the probes would take
-// longer, the reverse view is left out, and when they still would, the
-// table is not measured (RuntimeError naming the estimate).
+// probe when the probes at `limit` would take longer (timed on the first).
 SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit = 0,
-                                      bool reverse = true, double budget_s = 0,
-                                      double skip_above_s = 0);
-
-// One look at the automatic table's budget: `layers` x (`formats` + the
-// reverse view) probes at `per_probe_s` each, against `budget_s`; over it
-// the reverse view goes (`reverse` cleared), and over it still, the table
-// (RuntimeError naming the estimate).
-void check_budget(double per_probe_s, size_t layers, size_t formats, bool& reverse,
-                  double budget_s);
+                                      bool reverse = true, double budget_s = 0);
 
 // A quantize run's input ranges, by layer (static mode).
 InputRanges input_ranges(const QuantRecord& record);

@@ -153,13 +153,16 @@ struct Simulator::Impl {
 };
 
 Simulator::Simulator(const Plan& plan, torch::jit::Module float_model,
-                     const std::vector<DType>& candidates, const std::vector<DType>& backend_dtypes,
-                     const std::vector<LayerKind>& backend_kinds)
+                     const std::vector<DType>& candidates, const ModeCaps& backend)
     : impl_(new Impl) {
   auto& I = *impl_;
   I.plan = &plan;
   float_model.eval();
-  I.model = plan.mode == Mode::kStatic ? jit::fold_conv_batchnorm(float_model) : float_model;
+  I.model = plan.mode == Mode::kStatic && backend.folds_batchnorm
+                ? jit::fold_conv_batchnorm(float_model)
+                : float_model;
+  const auto& backend_dtypes = backend.weight_dtypes;
+  const auto& backend_kinds = backend.layer_kinds;
   for (const auto& lp : plan.layers) {
     if (!lp.float_reason.empty() || lp.skipped || !contains(backend_kinds, lp.info.kind)) continue;
     SimLayer l{

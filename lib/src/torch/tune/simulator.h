@@ -15,6 +15,7 @@
 
 #include <torch/script.h>
 
+#include "taoquant/backend.h"
 #include "taoquant/observer.h"
 #include "taoquant/plan.h"
 
@@ -43,12 +44,14 @@ using InputRanges = std::map<std::string, QParams>;
 class Simulator {
  public:
   // `candidates`: the weight formats to consider (native excluded); each
-  // layer gets those its backend supports for its kind in the plan's mode.
+  // layer gets those its backend supports for its kind in the plan's mode
+  // (`backend`: the backend's capabilities in that mode; static mode folds
+  // BatchNorm first where the backend does).
   // Static mode: inputs are left alone until quantize_inputs. The
   // simulator changes `float_model`'s weights and taps its graph: it must
   // be a module of its own (a fresh load, or a clone()).
   Simulator(const Plan& plan, torch::jit::Module float_model, const std::vector<DType>& candidates,
-            const std::vector<DType>& backend_dtypes, const std::vector<LayerKind>& backend_kinds);
+            const ModeCaps& backend);
   // Static mode: each layer's input qparams, from `known` where it names
   // the layer, else from the planned observer over the calibration data
   // (`calib()` is called, once, only when some layer needs it; null: those
