@@ -110,17 +110,10 @@ def main():
         print(" | ".join(rows[-1]), file=sys.stderr)
     head = ["model", "tao-quant s", "quantize_jit s", "ratio"] + (
         list(next(iter(results.values()))["breakdown_s"]) if results else [])
-    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
-    md += "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    md = bench.md_table(head, rows)
     md += (f"\n{a.threads} threads, engine {a.engine}, medians of {a.repeats} interleaved runs; "
            "ratio = tao-quant / quantize_jit wall time; the breakdown (s) is tao-quant's median run.\n")
-    print(md)
-    if a.md:
-        with open(a.md, "w") as f:
-            f.write(md)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=2)
+    bench.write_outputs(md, results, a.md, a.json)
 
 
 if __name__ == "__main__":

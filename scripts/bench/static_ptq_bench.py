@@ -211,19 +211,29 @@ def main():
             (["quantize_jit s, huge pages", "time ratio, huge pages"] if a.jit_hugepages else []) +
             ["fp32 top-1", "tao int8 top-1", "jit int8 top-1"] + ["tao speedup bs%d" % b for b in BATCHES] +
             ["jit speedup bs%d" % b for b in BATCHES])
-    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
-    md += "".join("| " + " | ".join(r) + " |\n" for r in rows)
+    md = md_table(head, rows)
     md += (f"\nthreads {a.threads}, engine {a.engine}, medians of {a.repeats} interleaved runs; "
            "speedup = fp32/int8 latency.\n")
     for name, r in results.items():
         if r.get("quantize_jit_error"):
             md += f"\nquantize_jit on {name} fails: `{r['quantize_jit_error']}`\n"
+    write_outputs(md, results, a.md, a.json)
+
+
+def md_table(head, rows):
+    """A markdown table: a header row and one row per list of cells."""
+    md = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
+    return md + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+
+
+def write_outputs(md, results, md_path, json_path):
+    """Prints the markdown; writes it and the results' JSON where asked."""
     print(md)
-    if a.md:
-        with open(a.md, "w") as f:
+    if md_path:
+        with open(md_path, "w") as f:
             f.write(md)
-    if a.json:
-        with open(a.json, "w") as f:
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(results, f, indent=2)
 
 
