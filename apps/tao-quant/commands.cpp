@@ -359,6 +359,22 @@ int run_backends(Options& o) {
   return 0;
 }
 
+// inspect's options: the plan, or the sensitivity table.
+std::function<void(CLI::App&, Options&)> inspect_options() {
+  return with_options(
+      {{Arg::kFlag, "--json", &Options::json, "Print the plan (or the sensitivity table) as JSON"},
+       {Arg::kFlag, "--sensitivity", &Options::sensitivity,
+        "Rank the layers by what quantizing each one alone does to the model's "
+        "output (and what keeping it alone float gains)"},
+       {Arg::kOption, "--formats", &Options::formats,
+        "Candidate weight formats for --sensitivity (default: the plan's)", nullptr, std::nullopt,
+        false, ','},
+       {Arg::kOption, "--samples", &Options::samples, "Evaluation samples for --sensitivity",
+        nullptr, CLI::PositiveNumber},
+       {Arg::kOption, "--data", &Options::data, "Evaluation data for --sensitivity", nullptr,
+        CLI::IsMember({"test", "calibration"})}});
+}
+
 }  // namespace
 
 const std::vector<Command>& commands() {
@@ -372,19 +388,7 @@ const std::vector<Command>& commands() {
        run_quantize},
       {"inspect",
        "Print the per-layer plan (which layer gets which format, and why); quantize nothing",
-       with_options({{Arg::kFlag, "--json", &Options::json,
-                      "Print the plan (or the sensitivity table) as JSON"},
-                     {Arg::kFlag, "--sensitivity", &Options::sensitivity,
-                      "Rank the layers by what quantizing each one alone does to the model's "
-                      "output (and what keeping it alone float gains)"},
-                     {Arg::kOption, "--formats", &Options::formats,
-                      "Candidate weight formats for --sensitivity (default: the plan's)", nullptr,
-                      std::nullopt, false, ','},
-                     {Arg::kOption, "--samples", &Options::samples,
-                      "Evaluation samples for --sensitivity", nullptr, CLI::PositiveNumber},
-                     {Arg::kOption, "--data", &Options::data, "Evaluation data for --sensitivity",
-                      nullptr, CLI::IsMember({"test", "calibration"})}}),
-       run_inspect},
+       inspect_options(), run_inspect},
       {"tune",
        "Search per-layer formats (quantize.tune) until the accuracy, size and latency gates "
        "hold; write the best artifact, its report and tuned_spec.yaml (exit 3 when no "

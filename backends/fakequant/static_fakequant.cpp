@@ -74,27 +74,19 @@ namespace {
 // convert() stores and each layer's input qparams (integer formats; an fp8
 // input counts as float here), into the biases of s.work.
 void correct_static_biases(QuantizeContext& ctx, FakeQuantSession& s, CalibrationData& data) {
-  std::map<std::string, StaticBiasLayer> layers;
-  for (const auto& lp : ctx.plan.layers) {
-    const auto a = lp.algorithms(ctx.plan);
-    if (std::find(a.begin(), a.end(), "bias_correction") == a.end()) continue;
-    const wformat::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
-    const at::Tensor w = find_submodule(s.work, lp.info.name).attr("weight").toTensor();
-    StaticBiasLayer b;
-    b.weight = at::tensor(q.dequant).reshape(w.sizes());
-    auto slot = s.slot_of.find(lp.info.name);
-    if (slot != s.slot_of.end()) {
-      const ObserverSlot& os = *s.table->slots().at(static_cast<size_t>(slot->second));
-      const QParams& aq = s.table->qparams(os.id);
-      if (os.calls > 0 && !is_fp8(aq.dtype)) {
-        b.input_scale = aq.scale.at(0);
-        b.input_zero_point = aq.zero_point.at(0);
-        b.input_qmin = aq.quant_min;
-        b.input_qmax = aq.quant_max;
-      }
-    }
-    layers.emplace(lp.info.name, std::move(b));
-  }
+  const auto layers =
+      static_bias_layers(ctx.plan, [&](const LayerPlan& lp) -> std::optional<StaticBiasLayer> {
+        const wformat::QuantizedWeight q = quantize_planned_weight(ctx, s.work, lp);
+        const at::Tensor w = find_submodule(s.work, lp.info.name).attr("weight").toTensor();
+        StaticBiasLayer b;
+        b.weight = at::tensor(q.dequant).reshape(w.sizes());
+        auto slot = s.slot_of.find(lp.info.name);
+        if (slot == s.slot_of.end()) return b;
+        const ObserverSlot& os = *s.table->slots().at(static_cast<size_t>(slot->second));
+        const QParams& aq = s.table->qparams(os.id);
+        if (os.calls > 0 && !is_fp8(aq.dtype)) b.set_input(aq);
+        return b;
+      });
   (void)correct_biases(ctx, ctx.model, s.work, data, layers);
 }
 

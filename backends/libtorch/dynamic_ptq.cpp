@@ -21,17 +21,16 @@ constexpr const char* kNotReachedDynamic =
     "LibTorch's dynamic pass does not reach this layer: a function reads its weight "
     "(nn.MultiheadAttention's out_proj); it stays float";
 
-}  // namespace
-
-void quantize_dynamic(QuantizeContext& ctx) {
-  ctx.backend_meta["engine"] = select_engine(ctx);
-  ObserverTable table;
+// The qconfigs: activations observed at run time; each quantized layer's
+// weight observer, the most common settings at the root (ptq_common.h);
+// float layers none, with their reason in `reasons`.
+jit::QConfigs dynamic_qconfigs(const QuantizeContext& ctx, ObserverTable& table,
+                               std::map<std::string, std::string>& reasons) {
   ObserverTemplate act;  // activations: qparams are chosen at run time
   act.observer = "minmax";
   act.cfg.dtype = DType::kUInt8;
   const int ai = table.add_template(act);
   jit::QConfigs qd;
-  std::map<std::string, std::string> reasons;
   std::vector<std::pair<std::string, ObserverTemplate>> layers;
   std::vector<ObserverTemplate> all;
   for (const auto& lp : ctx.plan.layers) {
@@ -43,20 +42,18 @@ void quantize_dynamic(QuantizeContext& ctx) {
     all.push_back(weight_template(ctx.plan, &lp));
     layers.emplace_back(lp.info.name, all.back());
   }
-  // The most common weight settings are the root's (ptq_common.h).
   const ObserverTemplate root = most_common(all, same_settings, weight_template(ctx.plan, nullptr));
   qd[""] = std::make_tuple(table.make_module(ai), table.make_module(table.add_template(root)));
   for (const auto& [name, wt] : layers)
     if (!same_settings(wt, root))
       qd[name] = std::make_tuple(table.make_module(ai), table.make_module(table.add_template(wt)));
-  Module work = ctx.model.clone();
-  work.eval();
-  if (const size_t n = drop_fused_fast_paths(work))
-    ctx.backend_meta["fused_fast_paths_dropped"] = n;
-  record_model(ctx, work);
-  ctx.record().notes.push_back(
-      "activations are quantized at run time from each input's own range (uint8); LibTorch's "
-      "kernel and ONNX's DynamicQuantizeLinear may choose scales one step apart");
+  return qd;
+}
+
+// The model with observers, each having seen what it needs. No data is
+// needed: weight observers see the weights directly; activation observers
+// only need to exist (their qparams are chosen at run time).
+Module observe_dynamic(Module& work, const jit::QConfigs& qd, ObserverTable& table) {
   Module observed;
   try {
     observed = jit::insert_observers(work, qd, QuantType::kDynamic, /*inplace=*/false);
@@ -66,8 +63,6 @@ void quantize_dynamic(QuantizeContext& ctx) {
                        msg.substr(0, msg.find('\n')));
   }
   table.bind(observed);
-  // No data is needed: weight observers see the weights directly; activation
-  // observers only need to exist (their qparams are chosen at run time).
   for (const auto& slot : table.slots()) {
     auto colon = slot->label.rfind(':');
     std::string owner = slot->label.substr(0, colon);
@@ -76,10 +71,12 @@ void quantize_dynamic(QuantizeContext& ctx) {
     else
       table.observe(slot->id, torch::tensor({0.0f, 1.0f}));
   }
-  Module q =
-      finish_quantized(jit::insert_quant_dequant(observed, QuantType::kDynamic, /*inplace=*/false),
-                       QuantType::kDynamic);
+  return observed;
+}
 
+// Each layer's result and record entry: its int8 weight, or why it stays float.
+void report_dynamic(QuantizeContext& ctx, const Module& work, ObserverTable& table,
+                    const std::map<std::string, std::string>& reasons) {
   for (const auto& lp : ctx.plan.layers) {
     auto w = find_submodule(work, lp.info.name).attr("weight").toTensor();
     const size_t bytes = static_cast<size_t>(w.numel()) * w.element_size();
@@ -101,6 +98,28 @@ void quantize_dynamic(QuantizeContext& ctx) {
     weight_result(r, w, table.qparams(ws->id));
     ctx.add_layer_result(std::move(r));
   }
+}
+
+}  // namespace
+
+void quantize_dynamic(QuantizeContext& ctx) {
+  ctx.backend_meta["engine"] = select_engine(ctx);
+  ObserverTable table;
+  std::map<std::string, std::string> reasons;
+  const jit::QConfigs qd = dynamic_qconfigs(ctx, table, reasons);
+  Module work = ctx.model.clone();
+  work.eval();
+  if (const size_t n = drop_fused_fast_paths(work))
+    ctx.backend_meta["fused_fast_paths_dropped"] = n;
+  record_model(ctx, work);
+  ctx.record().notes.push_back(
+      "activations are quantized at run time from each input's own range (uint8); LibTorch's "
+      "kernel and ONNX's DynamicQuantizeLinear may choose scales one step apart");
+  Module observed = observe_dynamic(work, qd, table);
+  Module q =
+      finish_quantized(jit::insert_quant_dequant(observed, QuantType::kDynamic, /*inplace=*/false),
+                       QuantType::kDynamic);
+  report_dynamic(ctx, work, table, reasons);
   ctx.model = q;
 }
 

@@ -304,27 +304,19 @@ void shift_observed(StaticSession& s, const BiasShift& b, double sign) {
 void correct_static_biases(QuantizeContext& ctx, StaticSession& s) {
   (void)s.capture();  // the fidelity report's float reference: before the biases move
   const auto inputs = layer_input_observers(s.observed);
-  std::map<std::string, StaticBiasLayer> layers;
-  for (const auto& lp : ctx.plan.layers) {
-    const auto a = lp.algorithms(ctx.plan);
-    const ObserverSlot* ws = s.table->find_label(lp.info.name + ":weight");
-    if (std::find(a.begin(), a.end(), "bias_correction") == a.end() || !ws ||
-        s.reasons.count(lp.info.name))
-      continue;
-    LayerResult scratch;
-    StaticBiasLayer b;
-    b.weight =
-        weight_result(scratch, find_submodule(s.folded, lp.info.name).attr("weight").toTensor(),
-                      s.table->qparams(ws->id));
-    if (const ObserverSlot* as = input_slot(*s.table, inputs, lp.info.name)) {
-      const QParams& aq = s.table->qparams(as->id);
-      b.input_scale = aq.scale.at(0);
-      b.input_zero_point = aq.zero_point.at(0);
-      b.input_qmin = aq.quant_min;
-      b.input_qmax = aq.quant_max;
-    }
-    layers.emplace(lp.info.name, std::move(b));
-  }
+  const auto layers =
+      static_bias_layers(ctx.plan, [&](const LayerPlan& lp) -> std::optional<StaticBiasLayer> {
+        const ObserverSlot* ws = s.table->find_label(lp.info.name + ":weight");
+        if (!ws || s.reasons.count(lp.info.name)) return std::nullopt;
+        LayerResult scratch;
+        StaticBiasLayer b;
+        b.weight =
+            weight_result(scratch, find_submodule(s.folded, lp.info.name).attr("weight").toTensor(),
+                          s.table->qparams(ws->id));
+        if (const ObserverSlot* as = input_slot(*s.table, inputs, lp.info.name))
+          b.set_input(s.table->qparams(as->id));
+        return b;
+      });
   s.shifts = correct_biases(ctx, s.folded, s.folded, *s.data, layers);
   for (const auto& [layer, b] : s.shifts) shift_observed(s, b, 1.0);
   s.steps->step("bias correction");

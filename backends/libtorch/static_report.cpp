@@ -22,11 +22,11 @@ namespace {
 // Output SQNR of one layer alone, float vs int8-simulated (weights on their
 // grid `fq`, input through the activation qparams), on leading samples of
 // the held-out batch. With `shift` (its bias correction, in `root`), the
-// float reference has the float bias, and the SQNR without the correction
-// goes to `before`.
+// float reference has the float bias, and the SQNR before and after the
+// correction goes to `bias_facts` (the layer's bias_correction facts).
 void layer_output_sqnr(LayerResult& r, Module layer, const at::Tensor& w, const at::Tensor& fq,
                        const QParams& aq, const LayerCapture& cap, Module root,
-                       const BiasShift* shift, double* before) {
+                       const BiasShift* shift, nlohmann::json* bias_facts) {
   auto xi = cap.inputs.find(r.name);
   if (xi == cap.inputs.end()) return;
   torch::NoGradGuard ng;
@@ -41,22 +41,23 @@ void layer_output_sqnr(LayerResult& r, Module layer, const at::Tensor& w, const 
                              : layer.forward({x}).toTensor();
   auto xq = at::fake_quantize_per_tensor_affine(x, aq.scale[0], aq.zero_point[0], 0, 255);
   layer.setattr("weight", fq);
+  double before = 0;
   if (shift) {
-    *before = tensor_sqnr_db(ref, layer.forward({xq}).toTensor());
+    before = tensor_sqnr_db(ref, layer.forward({xq}).toTensor());
     shift_bias(root, *shift, 1.0);
   }
   auto y = layer.forward({xq}).toTensor();
   layer.setattr("weight", w);
   r.extra["output_sqnr_db"] = json_number(tensor_sqnr_db(ref, y));
   r.extra["output_sqnr_samples"] = x.size(0);
-  if (shift)
-    r.extra["bias_correction_output_sqnr_db"] = {{"before", json_number(*before)},
-                                                 {"after", r.extra["output_sqnr_db"]}};
+  if (shift && bias_facts)
+    (*bias_facts)["holdout_output_sqnr_db"] = {{"before", json_number(before)},
+                                               {"after", r.extra["output_sqnr_db"]}};
 }
 
 // One layer's result: kept float with its reason, or its int8 formats,
 // scales, weight SQNR, activation range and output SQNR.
-LayerResult static_layer_result(const LayerPlan& lp, StaticSession& s,
+LayerResult static_layer_result(QuantizeContext& ctx, const LayerPlan& lp, StaticSession& s,
                                 const std::map<std::string, std::string>& input_observers) {
   auto layer = find_submodule(s.folded, lp.info.name);
   auto w = layer.attr("weight").toTensor();
@@ -76,9 +77,9 @@ LayerResult static_layer_result(const LayerPlan& lp, StaticSession& s,
   const QParams& aq = s.table->qparams(as->id);
   r.extra["activation"] = activation_stats(aq, as->obs->name());
   auto sh = s.shifts.find(lp.info.name);
-  double before = 0;
-  layer_output_sqnr(r, layer, w, fq, aq, s.capture(), s.folded,
-                    sh == s.shifts.end() ? nullptr : &sh->second, &before);
+  const bool corrected = sh != s.shifts.end();
+  layer_output_sqnr(r, layer, w, fq, aq, s.capture(), s.folded, corrected ? &sh->second : nullptr,
+                    corrected ? &ctx.algorithm_facts[lp.info.name]["bias_correction"] : nullptr);
   return r;
 }
 
@@ -98,13 +99,7 @@ void report_static(QuantizeContext& ctx, StaticSession& s, const Module& q) {
   }
   s.steps->step("fidelity pass");
   for (const auto& lp : ctx.plan.layers) {
-    LayerResult r = static_layer_result(lp, s, input_observers);
-    if (r.extra.contains("bias_correction_output_sqnr_db")) {
-      ctx.algorithm_facts[lp.info.name]["bias_correction"]["holdout_output_sqnr_db"] =
-          r.extra["bias_correction_output_sqnr_db"];
-      r.extra.erase("bias_correction_output_sqnr_db");
-    }
-    ctx.add_layer_result(std::move(r));
+    ctx.add_layer_result(static_layer_result(ctx, lp, s, input_observers));
   }
   s.steps->step("layer SQNR");
 }

@@ -126,26 +126,13 @@ std::string QdqPolicy::passed(Converter& c, const std::string& op, const std::st
       op == "aten::hardsigmoid_")
     return qdq(c, y, fixed(op, 1.0f / 256, 0));
   if (op == "aten::tanh" || op == "aten::tanh_") return qdq(c, y, fixed(op, 2.0f / 256, 128));
-  if (jit::op_info(op).role != jit::OpRole::kPassesRanges) return y;
+  const jit::OpInfo info = jit::op_info(op);
+  if (info.role != jit::OpRole::kPassesRanges) return y;
   carried_[y] = t;
-  // Its quantized clamp, average pooling and mean requantize their result
-  // with the input's parameters (a clamp bound, an average, lands on the
-  // grid); shape ops, max pooling and relu keep grid values as they are.
-  static const char* const kRounds[] = {"aten::hardtanh",
-                                        "aten::hardtanh_",
-                                        "aten::clamp",
-                                        "aten::clamp_",
-                                        "aten::avg_pool1d",
-                                        "aten::avg_pool2d",
-                                        "aten::avg_pool3d",
-                                        "aten::adaptive_avg_pool1d",
-                                        "aten::adaptive_avg_pool2d",
-                                        "aten::adaptive_avg_pool3d",
-                                        "aten::mean",
-                                        "aten::upsample_nearest2d"};
-  for (const char* r : kRounds)
-    if (op == r) return qdq(c, y, *t);
-  return y;
+  // Its quantized kernel requantizes the result with the input's parameters
+  // (op_info: clamp, average pooling, mean); shape ops, max pooling and relu
+  // keep grid values as they are.
+  return info.requantizes ? qdq(c, y, *t) : y;
 }
 
 void QdqPolicy::add_inputs(Converter& c, std::string& a, std::string& b) {

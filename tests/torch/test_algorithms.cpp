@@ -13,6 +13,7 @@
 
 #include "algorithm_test_util.h"
 #include "taoquant/data.h"
+#include "taoquant/equalization.h"
 #include "taoquant/pipeline.h"
 #include "taoquant/spec.h"
 #include "taoquant/weight_algorithms.h"

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "taoquant/equalization.h"
 #include "taoquant/model.h"
 #include "taoquant/weight_algorithms.h"
 #include "test_data_util.h"

@@ -82,7 +82,7 @@ TEST_CASE("backends --json lists a plugin with its capabilities, constraints and
       CHECK(o["origin"] == canonical(good));
     }
   CHECK(observer);
-  CHECK(j["algorithms"].size() == tq::algorithm_defs().size());
+  CHECK(j["algorithms"].size() == tq::algorithm_passes().size());
   CHECK(j["gates"].size() == tq::gate_table().size());
   CHECK(j["values"]["dtype"].size() == tq::dtype_table().entries.size());
   CHECK(j["values"]["rounding"][1]["name"] == "gptq");

@@ -13,6 +13,7 @@
 #include "taoquant/formats.h"
 #include "taoquant/model.h"
 #include "taoquant/pipeline.h"
+#include "taoquant/smoothing.h"
 #include "taoquant/spec.h"
 #include "taoquant/weight_algorithms.h"
 

@@ -1,11 +1,17 @@
-// Error-correcting algorithms: the one table that the spec parser,
-// validation, `inspect`, `--help` and docs/spec.md read, and the settings
-// the plan carries to the library's algorithm stage. Torch-free.
+// Error-correcting algorithms: the pass table that the spec reader,
+// validation, the plan, the pipeline, `backends --json`, `--help` and the
+// report all iterate, and the settings the plan carries. Torch-free.
 //
-// Adding an algorithm: a row in algorithm_defs() (lib/src/core/algorithms.cpp),
-// its settings here, and one file under lib/src/torch/algorithms/.
+// Adding an algorithm: its row in algorithm_passes()
+// (lib/src/core/algorithms.cpp), its settings here, and its code under
+// lib/src/torch/algorithms/, run by the library stage its row names
+// (lib/src/torch/algorithms/stages.cpp: a row there when it needs a stage
+// of its own). A pass added from outside (a test, a plugin) keeps its
+// settings in AlgorithmSettings::other and registers with ScopedAlgorithmPass.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,27 +89,79 @@ struct AlgorithmSettings {
   SourceLoc smoothquant_loc;
   AwqSettings awq;
   SourceLoc awq_loc;
-  // Whether any algorithm needs calibration data.
-  bool needs_data() const {
-    return bias_correction || weight_rounding != Rounding::kNearest || smoothquant.enabled ||
-           awq.enabled;
-  }
+  // A pass registered from outside the built-in rows: its key's value as
+  // written (true, or its map of settings), and where.
+  struct Other {
+    nlohmann::json value;
+    SourceLoc loc;
+  };
+  std::map<std::string, Other, std::less<>> other;
+  // Whether an algorithm that is on needs calibration data.
+  bool needs_data() const;
 };
 
-// One row of the table: the spec key, what it does, and the modes it
-// applies to in this version.
-struct AlgorithmDef {
+namespace spec_detail {
+struct Node;
+}
+struct LayerPlan;
+struct Plan;
+
+// One row of the pass table: an error-correcting algorithm, from its spec
+// key to the stage that runs it.
+struct AlgorithmPass {
   std::string_view key;  // quantize.<key>
   std::string_view help;
-  std::vector<Mode> modes;
+  std::vector<Mode> modes;  // the modes it applies to in this version
+  // The library stage that runs it in a mode (a row of algorithm_stages(),
+  // lib/src/torch/algorithms/stages.cpp); "" where the backend runs it
+  // (static bias correction: ModeCaps::bias_correction).
+  std::function<std::string(Mode mode)> stage;
+  bool needs_data;   // reads calibration data
+  bool whole_model;  // its stage runs whenever it is on, not only when a layer gets it
+  // Reads quantize.<key> (present and set) into `a`, keeping its location.
+  std::function<void(const spec_detail::Node& n, const std::string& path, AlgorithmSettings& a)>
+      read;
+  std::function<bool(const AlgorithmSettings& a)> on;
+  std::function<SourceLoc(const AlgorithmSettings& a)> loc;
+  // Its entries in the plan's and the report's `algorithms` object.
+  std::function<void(const AlgorithmSettings& a, nlohmann::json& j)> to_json;
+  // The name it has on a layer it changes ("gptq", "bias_correction"); ""
+  // for a layer it leaves alone.
+  std::function<std::string(const LayerPlan& layer, const Plan& plan)> on_layer;
+  // The setting as an error names it ("quantize.weight_rounding gptq").
+  std::function<std::string(const AlgorithmSettings& a)> setting;
 };
-const std::vector<AlgorithmDef>& algorithm_defs();
-const AlgorithmDef* find_algorithm(std::string_view key);
+// The rows, in the order their stages run.
+const std::vector<AlgorithmPass>& algorithm_passes();
+const AlgorithmPass* find_algorithm(std::string_view key);
+
+// Adds a row for the scope's life (tests; a plugin's pass), after the
+// built-in ones; removed again on destruction.
+class ScopedAlgorithmPass {
+ public:
+  explicit ScopedAlgorithmPass(AlgorithmPass pass);
+  ~ScopedAlgorithmPass();
+  ScopedAlgorithmPass(const ScopedAlgorithmPass&) = delete;
+  ScopedAlgorithmPass& operator=(const ScopedAlgorithmPass&) = delete;
+
+ private:
+  std::string key_;
+};
+
+// A row for a pass added from outside: its value lives in
+// AlgorithmSettings::other (true, or a map of settings), it runs in the
+// library stage named after its key, and it changes each quantized layer
+// with weights (set on_layer for fewer).
+AlgorithmPass other_pass(std::string_view key, std::string_view help, std::vector<Mode> modes,
+                         bool needs_data);
 
 // Throws SpecError at the key's location when an enabled algorithm does not
 // apply to `mode`.
 void check_algorithm_modes(const AlgorithmSettings& a, Mode mode);
 
 nlohmann::json algorithms_to_json(const AlgorithmSettings& a);
+
+// The names of the passes that change `layer`, in table order.
+std::vector<std::string> layer_algorithms(const LayerPlan& layer, const Plan& plan);
 
 }  // namespace tq

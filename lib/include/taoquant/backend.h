@@ -36,16 +36,6 @@ namespace wformat {
 struct QuantizedWeight;
 }
 
-// Constraints a backend puts on the quantization parameters it accepts. The
-// core rejects specs that cannot meet them and applies them to computed
-// qparams (see qparams.h).
-struct QParamConstraints {
-  bool symmetric_only = false;
-  bool power_of_two_scale = false;
-  double min_scale = 0.0;  // scales are clamped up to this
-  std::optional<int> quant_min, quant_max;
-};
-
 // What a backend does in one mode: the capability table that the spec
 // checks, `inspect`, `backends [--json]` and the backend itself all read.
 // Empty lists inherit the backend-wide lists of Capabilities.

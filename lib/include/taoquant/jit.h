@@ -96,6 +96,9 @@ struct OpInfo {
   // f(s * x) = s * f(x) for a positive per-channel s, channels kept in dim 1
   // (relu, pooling, dropout): cross-layer equalization may scale through it.
   bool commutes_with_channel_scale = false;
+  // A range-passing op whose quantized kernel requantizes its result with
+  // the input's parameters (clamp, average pooling, mean, upsampling).
+  bool requantizes = false;
 };
 // What tao-quant knows of an op, by qualified name ("aten::conv2d").
 OpInfo op_info(const std::string& qualified_name);

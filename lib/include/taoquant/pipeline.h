@@ -37,6 +37,22 @@ struct QuantizeOptions {
   bool extend_timing_cache = false;
 };
 
+struct QuantizeOutcome;
+struct InspectOutcome;
+struct QuantRecord;
+
+// A stage that adds to the report of a saved, checked artifact before the
+// report is written (the sensitivity table): set by the job that runs the
+// pipeline (run_quantize, quantize_job.cpp), so the pipeline knows none.
+struct ReportStage {
+  std::string key;  // report[key]; its time is timings[key + "_s"]
+  // Spec-only checks, before the model loads (after the pipeline's own).
+  std::function<void(const Spec& spec)> check;
+  std::function<nlohmann::json(const InspectOutcome& run, const QuantizeOutcome& out,
+                               const QuantRecord& record)>
+      run;
+};
+
 struct QuantizeOutcome {
   Plan plan;
   std::string requested_backend, resolved_backend;
@@ -62,7 +78,13 @@ struct InspectOutcome {
 };
 InspectOutcome run_inspect(const Spec& spec, const QuantizeOptions& opts = {});
 
+// The quantize job: the pipeline, with the sensitivity table (automatic,
+// or quantize.sensitivity) as its report stage (quantize_job.cpp).
 QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts = {});
+// The pipeline alone: plan, algorithm stages, backend, checks, exports,
+// `report_stages`, report, publish.
+QuantizeOutcome run_quantize_stages(const Spec& spec, const QuantizeOptions& opts,
+                                    const std::vector<ReportStage>& report_stages = {});
 
 // `tao-quant export`: the formats of quantize.export (export.h) from the
 // published result in results_dir, without quantizing again. The pair is

@@ -3,6 +3,7 @@
 // Torch-free.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ struct TensorQuant {
   SourceLoc loc;  // the spec setting that decided this format (for errors)
   bool quantized() const { return dtype != DType::kNative; }
   std::string str() const;  // "int8/per_channel", "int4/g128", "fp32"
+};
+
+// Constraints a backend puts on the quantization parameters it accepts
+// (Capabilities::constraints). The core rejects specs that cannot meet them
+// and applies them to computed qparams (see qparams.h).
+struct QParamConstraints {
+  bool symmetric_only = false;
+  bool power_of_two_scale = false;
+  double min_scale = 0.0;  // scales are clamped up to this
+  std::optional<int> quant_min, quant_max;
 };
 
 struct Plan;
@@ -80,6 +91,9 @@ struct Plan {
   AlgorithmSettings algorithms;  // the error-correcting algorithms (algorithms.h)
   std::string backend_requested, backend_resolved;
   BackendOptions options;  // quantize.backend_kwargs, typed by the backend's schema
+  // The backend's qparam constraints: what the library's weight rounding
+  // (GPTQ, AWQ, bias correction) applies, as the backend will.
+  QParamConstraints constraints;
   std::string device = "cpu";
   std::vector<LayerPlan> layers;
   std::vector<std::string> warnings;

@@ -1,12 +1,14 @@
 // The weight algorithms the library runs before a backend stores weights
-// (weight-only mode): GPTQ rounding and empirical bias correction. Each is
-// one file under lib/src/torch/algorithms/; the table of spec keys is
-// algorithms.h. The functions below are the algorithms' cores, public so
-// that plugins and tests can call them on their own.
+// (weight-only mode): GPTQ rounding and empirical bias correction, and the
+// static bias correction backends call. Each is one file under
+// lib/src/torch/algorithms/; the pass table is algorithms.h; equalization
+// and smoothing have their own headers (equalization.h, smoothing.h). The functions below are the
+// algorithms' cores, public so that plugins and tests can call them on their own.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@ namespace tq {
 
 class QuantizeContext;
 class CalibrationData;
+struct QParams;
 
 // How a conv/linear layer's aten op is called (read from the constants of
 // the op in the inlined graph, so padding modes and 'same' are what the op
@@ -95,7 +98,14 @@ struct StaticBiasLayer {
   at::Tensor weight;  // dequantized, shaped as the layer's weight
   double input_scale = 0;
   int64_t input_zero_point = 0, input_qmin = 0, input_qmax = 255;
+  // The input quantized with `q` (per-tensor integer qparams).
+  void set_input(const QParams& q);
 };
+// The layers static bias correction changes (its row of the pass table),
+// each as `describe` gives it (nullopt: the backend leaves that layer out).
+std::map<std::string, StaticBiasLayer> static_bias_layers(
+    const Plan& plan,
+    const std::function<std::optional<StaticBiasLayer>(const LayerPlan&)>& describe);
 // A correction as applied: the tensor attribute that moved (a layer's
 // "bias", or a BatchNorm's "running_mean", which moves the other way) and
 // the shift added to the output.
@@ -124,101 +134,14 @@ std::map<std::string, BiasShift> correct_biases(
 // undoes a correction, for a layer the backend then keeps float).
 void shift_bias(torch::jit::Module& target, const BiasShift& b, double sign);
 
-// Cross-layer equalization: a pair of layers whose channels can be scaled
-// against each other without changing the function.
-struct EqualizationPair {
-  std::string first, second;  // module paths, in graph order
-  std::string batch_norm;     // a BatchNorm right after `first`, or ""
-  double bn_eps = 1e-5;
-  std::vector<std::string> through;  // the ops between: "relu", "max_pool2d", ...
-  bool flattened = false;            // conv -> flatten -> linear
-  // > 0: a ReLU6-like clip at this value between them; < 0: a per-channel
-  // clip already in the model (relu, then minimum with the clip module's
-  // `_tq_clip` buffer: an earlier equalization, or a model built that way).
-  double clip = 0;
-  std::string clip_module;  // the module that clips (its forward is the clip)
-};
-// The pairs of the model's forward graph: conv -> [BatchNorm] -> ops that
-// commute with a positive per-channel scale, and at most one ReLU6 -> conv
-// (or linear after flatten), linear -> ... -> linear; each value used by
-// that path alone, each layer called once.
-std::vector<EqualizationPair> equalization_pairs(const torch::jit::Module& model);
-// Equalizes the pairs in place (up to `iterations` sweeps, until the scales
-// converge); a ReLU6 between a pair becomes a per-channel clip, so the
-// forward graph is rewritten (inlined) when there is one. Returns {"pairs": [...per-channel range
-// spreads before/after], "sweeps": n}.
-nlohmann::json equalize(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
-                        int iterations);
-// DFQ's high-bias absorption, after equalize: for each pair through a ReLU
-// (or a per-channel clip) with a BatchNorm after the first layer, c_i =
-// max(0, beta_i - 3|gamma_i|) moves from the BatchNorm's shift (and the
-// clip) into the second layer's bias, or the running mean of the BatchNorm
-// after it. Changes the float model slightly (values below c_i, padded
-// borders). Returns {"pairs": [{first, second, channels, max_shift,
-// compensated_in} or {..., skipped}], "absorbed": n}.
-nlohmann::json absorb_high_biases(torch::jit::Module& model,
-                                  const std::vector<EqualizationPair>& pairs);
-
-// SmoothQuant and AWQ: a group of Linear layers that read the same input,
-// and the op that produces it, which absorbs a per-channel scale: a
-// LayerNorm with an affine (its weight and bias are divided), or a layer
-// whose output reaches the consumer through ops that commute with a
-// positive per-channel scale (`pair`, as equalization scales it).
-struct SmoothingGroup {
-  std::string producer;                // module path
-  bool layer_norm = false;             // else `pair` says how
-  EqualizationPair pair;               // producer -> consumers[0]
-  std::vector<std::string> consumers;  // Linear layers, in graph order
-};
-// The groups of the model's forward graph. A consumer is called once and
-// reads the producer's output alone (dropout in eval mode between them is
-// allowed); every reader of the output is a consumer.
-std::vector<SmoothingGroup> smoothing_groups(const torch::jit::Module& model);
-
-// Divides the producer's output channel j by s_j and multiplies column j of
-// each consumer's weight by it; the float model computes the same.
-void apply_smoothing(torch::jit::Module& model, const SmoothingGroup& g, const at::Tensor& s);
-
-// SmoothQuant's scale: s_j = max|X_j|^alpha / max_c max_i |W_c[i, j]|^(1 - alpha),
-// from the input's per-channel absolute maximum over the calibration data;
-// 1 where either is 0.
-at::Tensor smoothquant_scales(const at::Tensor& input_absmax,
-                              const std::vector<at::Tensor>& weights, double alpha);
-
-// AWQ's search: for a = 0, 1/grid, ..., the scale s = m^a (m: the input's
-// per-channel mean |x|), normalized by sqrt(max(s) min(s)); the loss is the
-// output error energy sum_c tr(E_c H E_c^T) with E_c = Q_c(W_c diag(s))
-// diag(s)^-1 - W_c, from the inputs' second moment `h` [K, K]. `quantize`
-// returns a weight's dequantized values in the consumer's planned format.
-// With `h_holdout` (the second moment of held-out inputs), the winner must
-// also have a smaller loss there than a = 0, else a = 0 is kept: a scale
-// fitted to few calibration samples is not trusted on its own.
-struct AwqResult {
-  double alpha = 0;
-  at::Tensor scale;                                   // [K], float64; all ones when a = 0 wins
-  std::vector<double> loss;                           // per grid point
-  double holdout_loss_nearest = 0, holdout_loss = 0;  // with h_holdout
-  bool rejected_on_holdout = false;
-};
-using AwqQuantizeFn = std::function<at::Tensor(size_t consumer, const at::Tensor& w)>;
-AwqResult awq_search(const std::vector<at::Tensor>& weights, const at::Tensor& mean_abs,
-                     const at::Tensor& h, int grid, const AwqQuantizeFn& quantize,
-                     const at::Tensor& h_holdout = {});
-
-// The smoothing stage (SmoothQuant in static and dynamic modes, AWQ in
-// weight-only mode): per-channel statistics of each group's input over the
-// calibration data, then the scales, folded into the float model
-// (ctx.model). Records per-layer facts in ctx.algorithm_facts; returns the
-// stage's facts for the report.
-nlohmann::json run_smoothing(QuantizeContext& ctx, CalibrationData& data);
-
 // The library's algorithm stage (weight-only mode): streams the calibration
 // data over the float model, gathers each planned layer's statistics in
 // passes of bounded memory (stats_budget_bytes), then runs GPTQ and bias
 // correction layer by layer. Sets ctx.weight_overrides (read by
 // quantize_planned_weight), corrects biases in ctx.model, and records what
-// it did per layer in ctx.algorithm_facts.
-void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data,
-                           size_t stats_budget_bytes = size_t{512} << 20);
+// it did per layer in ctx.algorithm_facts. Returns the stage's facts for the
+// report ({} when no layer is planned for it).
+nlohmann::json run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data,
+                                     size_t stats_budget_bytes = size_t{512} << 20);
 
 }  // namespace tq

@@ -195,19 +195,7 @@ std::string LayerPlan::why_float() const {
 }
 
 std::vector<std::string> LayerPlan::algorithms(const Plan& plan) const {
-  std::vector<std::string> out;
-  if (!equalized_with.empty()) out.emplace_back("equalization");
-  if (!quantized()) return out;
-  const auto& a = plan.algorithms;
-  if (!smoothed_by.empty() && a.smoothquant.enabled && activations.quantized() &&
-      plan.mode != Mode::kWeightOnly)
-    out.emplace_back("smoothquant");
-  if (!weights.quantized()) return out;
-  if (!smoothed_by.empty() && a.awq.enabled && plan.mode == Mode::kWeightOnly)
-    out.emplace_back("awq");
-  if (weights.rounding != Rounding::kNearest) out.emplace_back(to_string(weights.rounding));
-  if (plan.algorithms.bias_correction) out.emplace_back("bias_correction");
-  return out;
+  return layer_algorithms(*this, plan);
 }
 
 size_t Plan::num_quantized() const {
@@ -228,62 +216,55 @@ static void warn_unused(Plan& plan, const SourceLoc& loc, const std::string& rul
                           " matches no quantizable layer");
 }
 
-Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
+// How often each quantize.layers rule and skip_names pattern selected a layer.
+struct RuleHits {
+  std::vector<int> rules, skips;
+};
+
+// One layer's plan: the defaults, then every `layers` rule that selects it
+// (the last wins), then skip_names (the first names it).
+static LayerPlan plan_layer(const Spec& spec, const LayerInfo& layer, RuleHits& hits) {
   const auto& q = spec.quantize;
-  Plan plan;
-  plan.mode = q.mode;
-  plan.algorithm = q.algorithm;
-  plan.algorithms = q.algorithms;
-  plan.algorithm_loc = spec.loc("quantize.algorithm");
-  plan.device = q.device;
-  std::vector<int> rule_hits(q.layers.size(), 0);
-  std::vector<int> skip_hits(q.skip_names.size(), 0);
-  bool ignored_activations = false;
-
-  for (const auto& layer : layers) {
-    LayerPlan lp;
-    lp.info = layer;
-    lp.weights = default_weight(spec, layer);
-    lp.activations = default_activation(spec);
-    lp.decided_by = "default";
-    SourceLoc decided_loc = spec.loc("quantize.default_layer_dtype");
-    lp.loc = decided_loc;
-
-    for (size_t i = 0; i < q.layers.size(); ++i) {
-      const auto& rule = q.layers[i];
-      if (!pattern_selects(rule.module_name, layer)) continue;
-      ++rule_hits[i];
-      if (rule.weights) apply(lp.weights, *rule.weights, layer);
-      if (rule.activations) apply(lp.activations, *rule.activations, layer);
-      lp.rule_index = static_cast<int>(i);
-      lp.decided_by = "layers[" + std::to_string(i) + "] '" + rule.module_name + "'";
-      decided_loc = rule.loc;
-      lp.loc = rule.loc;
-    }
-    for (size_t j = 0; j < q.skip_names.size(); ++j) {
-      if (!pattern_selects(q.skip_names[j].pattern, layer)) continue;
-      ++skip_hits[j];
-      if (!lp.skipped) {
-        lp.skipped = true;
-        lp.decided_by = "skip_names[" + std::to_string(j) + "] '" + q.skip_names[j].pattern + "'";
-        lp.loc = q.skip_names[j].loc;
-      }
-    }
-    if (lp.skipped) {
-      lp.weights.dtype = DType::kNative;
-      lp.activations.dtype = DType::kNative;
-    } else {
-      validate_weight(lp.weights, layer, decided_loc, lp.decided_by);
-    }
-    if (q.mode == Mode::kWeightOnly && lp.activations.quantized()) {
-      ignored_activations = true;
-      lp.activations.dtype = DType::kNative;
-    }
-    plan.layers.push_back(std::move(lp));
+  LayerPlan lp;
+  lp.info = layer;
+  lp.weights = default_weight(spec, layer);
+  lp.activations = default_activation(spec);
+  lp.decided_by = "default";
+  SourceLoc decided_loc = spec.loc("quantize.default_layer_dtype");
+  lp.loc = decided_loc;
+  for (size_t i = 0; i < q.layers.size(); ++i) {
+    const auto& rule = q.layers[i];
+    if (!pattern_selects(rule.module_name, layer)) continue;
+    ++hits.rules[i];
+    if (rule.weights) apply(lp.weights, *rule.weights, layer);
+    if (rule.activations) apply(lp.activations, *rule.activations, layer);
+    lp.rule_index = static_cast<int>(i);
+    lp.decided_by = "layers[" + std::to_string(i) + "] '" + rule.module_name + "'";
+    decided_loc = rule.loc;
+    lp.loc = rule.loc;
   }
+  for (size_t j = 0; j < q.skip_names.size(); ++j) {
+    if (!pattern_selects(q.skip_names[j].pattern, layer)) continue;
+    ++hits.skips[j];
+    if (!lp.skipped) {
+      lp.skipped = true;
+      lp.decided_by = "skip_names[" + std::to_string(j) + "] '" + q.skip_names[j].pattern + "'";
+      lp.loc = q.skip_names[j].loc;
+    }
+  }
+  if (lp.skipped) {
+    lp.weights.dtype = DType::kNative;
+    lp.activations.dtype = DType::kNative;
+  } else {
+    validate_weight(lp.weights, layer, decided_loc, lp.decided_by);
+  }
+  return lp;
+}
 
-  if (ignored_activations)
-    plan.warnings.push_back("activation dtypes are ignored in mode weight_only_ptq");
+// The plan's warnings: activations that static_ptq leaves native, and rules
+// and patterns that select nothing.
+static void warn_plan(const Spec& spec, const RuleHits& hits, Plan& plan) {
+  const auto& q = spec.quantize;
   if (q.mode == Mode::kStatic &&
       std::none_of(plan.layers.begin(), plan.layers.end(), [](const LayerPlan& lp) {
         return lp.quantized() && lp.activations.quantized();
@@ -293,13 +274,36 @@ Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
         "quantize.default_activation_dtype=int8 (or remove it: static_ptq then defaults to "
         "int8), or use quantize.mode=weight_only_ptq");
   for (size_t i = 0; i < q.layers.size(); ++i)
-    if (rule_hits[i] == 0)
+    if (hits.rules[i] == 0)
       warn_unused(plan, q.layers[i].loc, "layers[" + std::to_string(i) + "] module_name",
                   q.layers[i].module_name);
   for (size_t j = 0; j < q.skip_names.size(); ++j)
-    if (skip_hits[j] == 0)
+    if (hits.skips[j] == 0)
       warn_unused(plan, q.skip_names[j].loc, "skip_names[" + std::to_string(j) + "]",
                   q.skip_names[j].pattern);
+}
+
+Plan build_plan(const Spec& spec, const std::vector<LayerInfo>& layers) {
+  const auto& q = spec.quantize;
+  Plan plan;
+  plan.mode = q.mode;
+  plan.algorithm = q.algorithm;
+  plan.algorithms = q.algorithms;
+  plan.algorithm_loc = spec.loc("quantize.algorithm");
+  plan.device = q.device;
+  RuleHits hits{std::vector<int>(q.layers.size(), 0), std::vector<int>(q.skip_names.size(), 0)};
+  bool ignored_activations = false;
+  for (const auto& layer : layers) {
+    LayerPlan lp = plan_layer(spec, layer, hits);
+    if (q.mode == Mode::kWeightOnly && lp.activations.quantized()) {
+      ignored_activations = true;
+      lp.activations.dtype = DType::kNative;
+    }
+    plan.layers.push_back(std::move(lp));
+  }
+  if (ignored_activations)
+    plan.warnings.push_back("activation dtypes are ignored in mode weight_only_ptq");
+  warn_plan(spec, hits, plan);
   return plan;
 }
 

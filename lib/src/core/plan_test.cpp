@@ -202,7 +202,7 @@ TEST_CASE("build_plan: SmoothQuant and AWQ apply to the layers the graph gives a
 }
 
 TEST_CASE("the algorithm table: every key the spec reads, with its modes", "[plan][algorithms]") {
-  for (const auto& d : tq::algorithm_defs()) {
+  for (const auto& d : tq::algorithm_passes()) {
     CHECK_FALSE(d.help.empty());
     CHECK_FALSE(d.modes.empty());
     CHECK(tq::find_algorithm(d.key) == &d);

@@ -259,7 +259,8 @@ struct Layout {
   size_t code_elems = 0;  // codes including per-group padding
 };
 
-Layout check_and_layout(const std::vector<int64_t>& shape, const WeightFormat& f) {
+// The dtype, granularity and symmetry fit together.
+void check_format(const WeightFormat& f) {
   const DType d = f.dtype;
   if (d == DType::kNative)
     throw UsageError("quantize_weight: dtype native is not a quantized format");
@@ -277,7 +278,10 @@ Layout check_and_layout(const std::vector<int64_t>& shape, const WeightFormat& f
     throw UsageError(
         "quantize_weight: uint8 is asymmetric only (symmetric: true is not supported; use int8 "
         "for symmetric quantization)");
+}
 
+Layout check_and_layout(const std::vector<int64_t>& shape, const WeightFormat& f) {
+  check_format(f);
   Layout l;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0)

@@ -81,63 +81,12 @@ std::vector<LayerRule> read_layers(const Node& n, const std::string& path) {
   return out;
 }
 
-// quantize.weight_rounding: a method name, or {method, damp, block_size, act_order,
-// scale_search, sequential}.
-void read_weight_rounding(const Node& n, const std::string& path, AlgorithmSettings& a) {
-  a.weight_rounding_loc = n.loc;
-  if (n.is_scalar()) {
-    a.weight_rounding = to_enum(rounding_table())(n, path);
-    return;
-  }
-  Section s(n, path);
-  s.only({"method", "damp", "block_size", "act_order", "scale_search", "sequential"});
-  if (!s.get("method"))
-    fail(n, path,
-         "needs method: " + rounding_table().joined() +
-             " (e.g. {method: gptq, damp: 0.01, block_size: 128, act_order: false})");
-  s.read("method", a.weight_rounding, to_enum(rounding_table()));
-  s.read("damp", a.gptq.damp, positive_number());
-  s.read("block_size", a.gptq.block_size, int_at_least(1));
-  s.read("act_order", a.gptq.act_order, to_bool);
-  s.read("scale_search", a.gptq.scale_search, to_bool);
-  s.read("sequential", a.gptq.sequential, to_bool);
-}
-
-// `true | false`, or a mapping of the algorithm's settings (`read` reads
-// them); either way the key's location is kept.
-template <typename Read>
-bool read_switch(const Section& s, const char* key, SourceLoc& loc,
-                 const std::vector<std::string>& fields, Read read) {
-  const Node* n = s.get(key);
-  if (!n) return false;
-  loc = n->loc;
-  if (n->is_scalar()) return to_bool(*n, s.at(key));
-  Section sub(*n, s.at(key));
-  sub.only(fields);
-  read(sub);
-  return true;
-}
-
-// The algorithm keys (algorithms.h), and the modes they apply to.
+// The algorithm keys, each read by its row of the pass table
+// (algorithms.h), and the modes they apply to.
 void read_algorithms(const Section& s, QuantizeSpec& q) {
   auto& a = q.algorithms;
-  a.equalization.enabled = read_switch(
-      s, "equalization", a.equalization_loc, {"iterations", "absorb_bias"}, [&](const Section& e) {
-        e.read("iterations", a.equalization.iterations, int_at_least(1));
-        e.read("absorb_bias", a.equalization.absorb_bias, to_bool);
-      });
-  a.smoothquant.enabled = read_switch(
-      s, "smoothquant", a.smoothquant_loc, {"alpha"},
-      [&](const Section& e) { e.read("alpha", a.smoothquant.alpha, number_in(0.0, 1.0)); });
-  a.awq.enabled = read_switch(s, "awq", a.awq_loc, {"grid"}, [&](const Section& e) {
-    e.read("grid", a.awq.grid, int_at_least(2));
-  });
-  if (const Node* n = s.get("weight_rounding"))
-    read_weight_rounding(*n, s.at("weight_rounding"), a);
-  if (const Node* n = s.get("bias_correction")) {
-    a.bias_correction = to_bool(*n, s.at("bias_correction"));
-    a.bias_correction_loc = n->loc;
-  }
+  for (const auto& p : algorithm_passes())
+    if (const Node* n = s.get(std::string(p.key))) p.read(*n, s.at(std::string(p.key)), a);
   check_algorithm_modes(a, q.mode);
   for (const auto& rule : q.layers) {
     if (!rule.weights || !rule.weights->rounding) continue;
@@ -263,7 +212,7 @@ void read_quantize(const Section& s, QuantizeSpec& q) {
       "backend", "mode",         "algorithm",  "default_layer_dtype", "default_activation_dtype",
       "layers",  "skip_names",   "model_path", "results_dir",         "backend_kwargs",
       "device",  "timing_cache", "tune",       "sensitivity",         "export"};
-  for (const auto& d : algorithm_defs()) keys.emplace_back(d.key);
+  for (const auto& p : algorithm_passes()) keys.emplace_back(p.key);
   s.only(keys);
   s.read("backend", q.backend, to_nonempty);
   s.read("mode", q.mode, to_enum(mode_table()));

@@ -181,11 +181,8 @@ namespace {
 std::string calibration_user(const Spec& spec) {
   const auto& q = spec.quantize;
   if (q.mode == Mode::kStatic) return "quantize.mode static_ptq";
-  if (q.algorithms.weight_rounding != Rounding::kNearest)
-    return "quantize.weight_rounding " + std::string(to_string(q.algorithms.weight_rounding));
-  if (q.algorithms.bias_correction) return "quantize.bias_correction";
-  if (q.algorithms.smoothquant.enabled) return "quantize.smoothquant";
-  if (q.algorithms.awq.enabled) return "quantize.awq";
+  for (const auto& p : algorithm_passes())
+    if (p.needs_data && p.on(q.algorithms)) return p.setting(q.algorithms);
   for (size_t i = 0; i < q.layers.size(); ++i) {
     const auto& w = q.layers[i].weights;
     if (w && w->rounding && *w->rounding != Rounding::kNearest)

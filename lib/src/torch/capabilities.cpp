@@ -136,6 +136,26 @@ ModeCaps Capabilities::for_mode(Mode m) const {
   return mc;
 }
 
+namespace {
+
+// Whether a pass can run in `mode` with this backend: a library stage runs
+// it, or the backend does (static bias correction, the one pass a backend
+// runs: ModeCaps::bias_correction).
+bool runs_in(const AlgorithmPass& p, Mode mode, const ModeCaps& mc) {
+  return !p.stage(mode).empty() || mc.bias_correction;
+}
+
+// The pass table's keys that apply in `mode` with this backend (backends --json).
+nlohmann::json algorithms_in(Mode mode, const ModeCaps& mc) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : algorithm_passes())
+    if (std::find(p.modes.begin(), p.modes.end(), mode) != p.modes.end() && runs_in(p, mode, mc))
+      out.push_back(std::string(p.key));
+  return out;
+}
+
+}  // namespace
+
 BackendOptions check_capabilities(const Spec& spec, const BackendRegistry::Resolved& b) {
   const auto& q = spec.quantize;
   if (!contains(b.modes, q.mode)) {
@@ -146,11 +166,12 @@ BackendOptions check_capabilities(const Spec& spec, const BackendRegistry::Resol
     throw SpecError(spec.loc("quantize.mode"), msg);
   }
   const ModeCaps mc = b.info->caps.for_mode(q.mode);
-  if (q.algorithms.bias_correction && q.mode == Mode::kStatic && !mc.bias_correction)
-    throw SpecError(spec.loc("quantize.bias_correction"),
-                    "quantize.bias_correction: " + backend_label(b) +
-                        " rounds its static_ptq weights itself and does not apply bias "
-                        "correction (backends that do: libtorch, fakequant)");
+  for (const auto& p : algorithm_passes())
+    if (p.on(q.algorithms) && !runs_in(p, q.mode, mc))
+      throw SpecError(p.loc(q.algorithms),
+                      "quantize." + std::string(p.key) + ": " + backend_label(b) + " rounds its " +
+                          std::string(to_string(q.mode)) + " weights itself and does not apply " +
+                          std::string(p.key) + " (backends that do: libtorch, fakequant)");
   check_observer_name(spec, q.algorithm, "quantize.algorithm");
   check_dtype(spec, b, mc, q.default_layer_dtype, true, "quantize.default_layer_dtype");
   if (q.mode != Mode::kWeightOnly)
@@ -221,6 +242,7 @@ void apply_capabilities(const Spec& spec, Plan& plan, const BackendRegistry::Res
   plan.backend_requested = b.requested;
   plan.backend_resolved = b.info->name;
   plan.options = std::move(options);
+  plan.constraints = caps.constraints;
   for (auto& l : plan.layers) {
     if (!l.quantized()) continue;
     if (!contains(caps.layer_kinds, l.info.kind))
@@ -272,6 +294,7 @@ nlohmann::json backend_to_json(const BackendInfo& b) {
                         {"granularities", names(mc.granularities)},
                         {"kernel", mc.kernel},
                         {"bias_correction", m == Mode::kWeightOnly || mc.bias_correction},
+                        {"algorithms", algorithms_in(m, mc)},
                         {"times_model", mc.times_model}});
   }
   return {{"name", b.name},

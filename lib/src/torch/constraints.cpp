@@ -209,6 +209,41 @@ bool weight_code_range(const wformat::WeightFormat& f, int& qmin, int& qmax) {
 
 namespace {
 
+// A weight's flat element index -> its slice (scale) and its code's position.
+struct SliceMap {
+  Granularity granularity;
+  size_t numel = 1, inner = 0, channels = 1, row_len = 0, gs = 0, gpr = 0, code_elems = 0;
+
+  explicit SliceMap(const wformat::QuantizedWeight& q) : granularity(q.format.granularity) {
+    for (auto d : q.shape) numel *= static_cast<size_t>(d);
+    inner = numel;
+    if (granularity == Granularity::kPerChannel) {
+      const auto axis = static_cast<size_t>(q.format.axis);
+      inner = 1;
+      for (size_t i = axis + 1; i < q.shape.size(); ++i) inner *= static_cast<size_t>(q.shape[i]);
+      channels = static_cast<size_t>(q.shape[axis]);
+    } else if (granularity == Granularity::kPerGroup) {
+      row_len = q.shape.empty() || q.shape[0] == 0 ? 0 : numel / static_cast<size_t>(q.shape[0]);
+      gs = static_cast<size_t>(q.group_size);
+      gpr = static_cast<size_t>(q.groups_per_row);
+    }
+    code_elems =
+        granularity == Granularity::kPerGroup ? (row_len ? numel / row_len : 0) * gpr * gs : numel;
+  }
+
+  void locate(size_t e, size_t& slice, size_t& pos) const {
+    slice = 0;
+    pos = e;
+    if (granularity == Granularity::kPerChannel) {
+      slice = (e / inner) % channels;
+    } else if (granularity == Granularity::kPerGroup) {
+      const size_t r = e / row_len, j = e % row_len;
+      slice = r * gpr + j / gs;
+      pos = r * gpr * gs + j;
+    }
+  }
+};
+
 // Quantizes `w` again into `q` (same layout) with the scales and zero points
 // of `cq`.
 void requantize(const float* w, wformat::QuantizedWeight& q, const QParams& cq) {
@@ -216,23 +251,8 @@ void requantize(const float* w, wformat::QuantizedWeight& q, const QParams& cq) 
   const bool integer = integer_dtype(f.dtype);
   const bool int4 = f.dtype == DType::kInt4;
   const wformat::Fp8 fp8 = f.dtype == DType::kFp8E5M2 ? wformat::Fp8::kE5M2 : wformat::Fp8::kE4M3FN;
-  size_t numel = 1;
-  for (auto d : q.shape) numel *= static_cast<size_t>(d);
-
-  // Flat element index -> (slice, code position).
-  size_t inner = numel, channels = 1, row_len = 0, gs = 0, gpr = 0;
-  if (f.granularity == Granularity::kPerChannel) {
-    inner = 1;
-    for (size_t i = static_cast<size_t>(f.axis) + 1; i < q.shape.size(); ++i)
-      inner *= static_cast<size_t>(q.shape[i]);
-    channels = static_cast<size_t>(q.shape[static_cast<size_t>(f.axis)]);
-  } else if (f.granularity == Granularity::kPerGroup) {
-    row_len = q.shape.empty() || q.shape[0] == 0 ? 0 : numel / static_cast<size_t>(q.shape[0]);
-    gs = static_cast<size_t>(q.group_size);
-    gpr = static_cast<size_t>(q.groups_per_row);
-  }
-  const size_t code_elems =
-      f.granularity == Granularity::kPerGroup ? (row_len ? numel / row_len : 0) * gpr * gs : numel;
+  const SliceMap map(q);
+  const size_t numel = map.numel, gs = map.gs, code_elems = map.code_elems;
 
   std::vector<int32_t> zps = cq.zero_point;
   zps.resize(cq.scale.size(), 0);
@@ -250,13 +270,7 @@ void requantize(const float* w, wformat::QuantizedWeight& q, const QParams& cq) 
 
   for (size_t e = 0; e < numel; ++e) {
     size_t slice = 0, pos = e;
-    if (f.granularity == Granularity::kPerChannel) {
-      slice = (e / inner) % channels;
-    } else if (f.granularity == Granularity::kPerGroup) {
-      const size_t r = e / row_len, j = e % row_len;
-      slice = r * gpr + j / gs;
-      pos = r * gpr * gs + j;
-    }
+    map.locate(e, slice, pos);
     const float s = cq.scale[slice];
     if (integer) {
       const float lo = static_cast<float>(cq.quant_min - zps[slice]);

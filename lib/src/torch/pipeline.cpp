@@ -13,6 +13,7 @@
 #include "artifact_checks.h"
 #include "export_stage.h"
 #include "run_files.h"
+#include "taoquant/algorithm_stages.h"
 #include "taoquant/data.h"
 #include "taoquant/export.h"
 #include "taoquant/html_report.h"
@@ -23,8 +24,6 @@
 #include "taoquant/result_files.h"
 #include "taoquant/steps.h"
 #include "taoquant/timing_cache.h"
-#include "taoquant/tune.h"
-#include "taoquant/weight_algorithms.h"
 
 namespace tq {
 
@@ -68,42 +67,10 @@ CheckedBackend resolve_backend(const Spec& spec) {
   return {b, std::move(options), std::move(exporters)};
 }
 
-// Which layers cross-layer equalization pairs, shown by inspect before any work.
-void plan_equalization(Plan& plan, const torch::jit::Module& model) {
-  const auto pairs = equalization_pairs(model);
-  for (auto& lp : plan.layers)
-    for (const auto& p : pairs) {
-      if (lp.info.name == p.first) lp.equalized_with.push_back(p.second);
-      if (lp.info.name == p.second) lp.equalized_with.push_back(p.first);
-    }
-  if (pairs.empty())
-    plan.warnings.push_back(plan.algorithms.equalization_loc.str() +
-                            ": quantize.equalization: no layer pair to equalize (conv or linear "
-                            "layers joined by ReLU, pooling or a BatchNorm, each used once)");
-}
-
-// Which Linear layers SmoothQuant / AWQ scale, and the op that absorbs it.
-void plan_smoothing(Plan& plan, const torch::jit::Module& model) {
-  const auto groups = smoothing_groups(model);
-  for (auto& lp : plan.layers)
-    for (const auto& g : groups)
-      if (std::find(g.consumers.begin(), g.consumers.end(), lp.info.name) != g.consumers.end())
-        lp.smoothed_by = g.producer;
-  const auto& a = plan.algorithms;
-  const char* key = a.smoothquant.enabled ? "smoothquant" : "awq";
-  if (groups.empty())
-    plan.warnings.push_back(
-        (a.smoothquant.enabled ? a.smoothquant_loc : a.awq_loc).str() + ": quantize." + key +
-        ": no Linear layer whose input comes from a LayerNorm or a layer alone (the scale has "
-        "nowhere to fold)");
-}
-
 Plan plan_for(const Spec& spec, const CheckedBackend& b, const torch::jit::Module& model) {
   Plan plan = build_plan(spec, discover_layers(model));
   apply_capabilities(spec, plan, b.backend, b.options);
-  if (plan.algorithms.equalization.enabled) plan_equalization(plan, model);
-  if (plan.algorithms.smoothquant.enabled || plan.algorithms.awq.enabled)
-    plan_smoothing(plan, model);
+  plan_algorithm_stages(plan, model);
   return plan;
 }
 
@@ -158,41 +125,6 @@ struct StageTimes {
   double algorithms_s = 0, calibrate_s = 0, quantize_s = 0, save_s = 0;
 };
 
-// Whether a layer gets one of `algorithms`.
-bool plan_runs(const Plan& plan, std::initializer_list<const char*> algorithms) {
-  return std::any_of(plan.layers.begin(), plan.layers.end(), [&](const LayerPlan& lp) {
-    const auto a = lp.algorithms(plan);
-    return std::any_of(algorithms.begin(), algorithms.end(), [&](const char* name) {
-      return std::find(a.begin(), a.end(), name) != a.end();
-    });
-  });
-}
-
-// Cross-layer equalization of the float model, before everything else.
-nlohmann::json run_equalization(QuantizeContext& ctx) {
-  const auto t0 = Clock::now();
-  const auto pairs = equalization_pairs(ctx.model);
-  auto facts = equalize(ctx.model, pairs, ctx.plan.algorithms.equalization.iterations);
-  nlohmann::json absorbed;
-  if (ctx.plan.algorithms.equalization.absorb_bias) {
-    absorbed = absorb_high_biases(ctx.model, pairs);
-    for (const auto& p : absorbed["pairs"])
-      ctx.algorithm_facts[p["first"].get<std::string>()]["equalization"]["absorb_bias"] = p;
-  }
-  for (const auto& p : facts["pairs"]) {
-    for (const char* role : {"first", "second"}) {
-      auto& f = ctx.algorithm_facts[p[role].get<std::string>()]["equalization"];
-      f[std::string(role) == "first" ? "next" : "previous"] =
-          p[std::string(role) == "first" ? "second" : "first"];
-      f[std::string(role) == "first" ? "output_range_spread" : "input_range_spread"] =
-          p[std::string(role) + "_range_spread"];
-    }
-  }
-  nlohmann::json out{{"pairs", pairs.size()}, {"sweeps", facts["sweeps"]}, {"seconds", since(t0)}};
-  if (!absorbed.is_null()) out["absorbed_bias_pairs"] = absorbed["absorbed"];
-  return out;
-}
-
 // prepare, calibrate (static mode, Calibratable backends), quantize.
 // Returns the held-out calibration batch (empty when no data was read).
 std::vector<at::Tensor> run_backend(const Spec& spec, QuantizerBase& quantizer,
@@ -213,30 +145,16 @@ std::vector<at::Tensor> run_backend(const Spec& spec, QuantizerBase& quantizer,
     if (ctx.record().input_shapes.empty()) record_inputs_from(ctx.record(), data->first().inputs);
   };
   ctx.on_progress = opts.on_progress;
-  nlohmann::json stages = nlohmann::json::object();  // algorithm stage facts, for the report
-  if (ctx.plan.algorithms.equalization.enabled)
-    run_stage(name, "equalization", opts.verbose,
-              [&] { stages["equalization"] = run_equalization(ctx); });
-  if (plan_runs(ctx.plan, {"smoothquant", "awq"})) {
-    // SmoothQuant / AWQ scales, folded into the float model.
-    open_data();
+  // The library's algorithm stages (algorithm_stages.h), on the float model.
+  nlohmann::json stages = nlohmann::json::object();  // their facts, for the report
+  for (const auto& st : scheduled_stages(ctx.plan)) {
+    if (st.needs_data) open_data();
     const auto ta = Clock::now();
-    run_stage(name, "the smoothing stage", opts.verbose,
-              [&] { stages["smoothing"] = run_smoothing(ctx, *data); });
+    run_stage(name, st.stage->what.c_str(), opts.verbose, [&] {
+      stages[st.stage->name] = st.stage->run(ctx, st.needs_data ? data.get() : nullptr);
+    });
     times.algorithms_s += since(ta);
-    ctx.calibration = data->facts();
-  }
-  // (In static mode the backend corrects biases itself: correct_biases.)
-  if (plan_runs(ctx.plan, {"gptq"}) ||
-      (ctx.plan.mode == Mode::kWeightOnly && plan_runs(ctx.plan, {"bias_correction"}))) {
-    // The library's algorithm stage (GPTQ, bias correction) on the float model.
-    open_data();
-    const auto ta = Clock::now();
-    run_stage(name, "the algorithm stage", opts.verbose,
-              [&] { run_weight_algorithms(ctx, *data); });
-    times.algorithms_s += since(ta);
-    stages["weights"] = ctx.calibration.value("algorithms", nlohmann::json::object());
-    ctx.calibration = data->facts();
+    if (st.needs_data) ctx.calibration = data->facts();
   }
   // The float model as the backend gets it: the record's model when the
   // backend records none itself (a shallow copy: tensors the backend
@@ -292,13 +210,14 @@ void warn_at_start(const Spec& spec, const QuantizeOutcome& out, const QuantizeO
 }
 
 // Everything that can be checked without the model, checked first.
-CheckedBackend check_before_model(const Spec& spec) {
+CheckedBackend check_before_model(const Spec& spec, const std::vector<ReportStage>& stages) {
   auto checked = resolve_backend(spec);
   require_model_path(spec);
   require_results_dir(spec);
   check_device(spec);
   require_calibration(spec);
-  if (auto so = sensitivity_request(spec)) evaluation_source(spec, so->data);
+  for (const auto& st : stages)
+    if (st.check) st.check(spec);
   return checked;
 }
 
@@ -326,10 +245,10 @@ void publish_result(QuantizeOutcome& out, const std::string& artifact_partial,
 }
 
 // The exports (staged, not yet published) and the report of a saved
-// artifact; the sensitivity table, when there is one, is part of the run's
-// time.
+// artifact, with the report stages' entries; their time is part of the
+// run's.
 void write_exports_and_report(const Spec& spec, const CheckedBackend& checked, QuantizeContext& ctx,
-                              SensitivityStage* sensitivity, QuantizeOutcome& out,
+                              const std::vector<ReportStage>& stages, QuantizeOutcome& out,
                               StagedExports& staged, nlohmann::json timings) {
   const auto t_export = Clock::now();
   fill_record_inputs(spec, ctx.record(), !checked.exporters.empty());
@@ -345,24 +264,61 @@ void write_exports_and_report(const Spec& spec, const CheckedBackend& checked, Q
   out.report["quantization"] = ctx.record().to_json();
   out.report["timings"]["export_s"] = export_s;
   staged.add_to_report(out.report, spec.quantize.export_spec);
-  if (sensitivity) {
-    const auto t_sens = Clock::now();
-    const auto quantized = std::count_if(out.plan.layers.begin(), out.plan.layers.end(),
-                                         [](const LayerPlan& lp) { return lp.quantized(); });
-    out.report["sensitivity"] = sensitivity->measure(ctx.record(), static_cast<size_t>(quantized),
-                                                     out.calibration.value("samples", size_t{0}));
-    const double sens_s = since(t_sens);
-    out.report["timings"]["sensitivity_s"] = sens_s;
-    out.report["timings"]["total_s"] = out.total_seconds + export_s + sens_s;
+  double total = out.total_seconds + export_s;
+  const InspectOutcome run{out.plan, checked.backend, spec.quantize.model_path};
+  for (const auto& st : stages) {
+    const auto t0 = Clock::now();
+    out.report[st.key] = st.run(run, out, ctx.record());
+    const double s = since(t0);
+    out.report["timings"][st.key + "_s"] = s;
+    total += s;
   }
+  out.report["timings"]["total_s"] = total;
+}
+
+// Saves the artifact under its temporary name and checks it as users will
+// run it: it loads, its outputs are finite, and it survives a batch-size
+// change. Returns the temporary name; on a failure the file is gone.
+std::string save_checked_artifact(QuantizerBase& quantizer, QuantizeContext& ctx,
+                                  QuantizeOutcome& out, const std::string& return_type,
+                                  const std::vector<at::Tensor>& holdout, bool verbose,
+                                  StageTimes& times) {
+  const auto t0 = Clock::now();
+  const std::string partial = partial_path(out.artifact_path);
+  save_artifact(quantizer, ctx, partial, return_type, verbose);
+  check_artifact_finite(partial, holdout, out.requested_backend);  // removes it when not
+  check_batch_change(partial, holdout, out.requested_backend);     // removes it when it fails
+  times.save_s = since(t0);
+  out.artifact_file_bytes = file_size_or_zero(partial);
+  return partial;
+}
+
+// The exports, the report stages and the report of a saved artifact, then
+// the whole result published. On a failure before publishing, nothing is
+// published and the saved artifact goes too.
+void report_and_publish(const Spec& spec, const CheckedBackend& checked,
+                        const std::vector<ReportStage>& stages, QuantizeContext& ctx,
+                        QuantizeOutcome& out, const std::string& partial, nlohmann::json timings) {
+  StagedExports staged;  // removed unless published
+  try {
+    write_exports_and_report(spec, checked, ctx, stages, out, staged, std::move(timings));
+    out.total_seconds = out.report["timings"]["total_s"].get<double>();
+    throw_if_interrupted();  // the last safe point: nothing is published yet
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(partial, ec);
+    throw;
+  }
+  publish_result(out, partial, staged);
 }
 
 }  // namespace
 
-QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
+QuantizeOutcome run_quantize_stages(const Spec& spec, const QuantizeOptions& opts,
+                                    const std::vector<ReportStage>& report_stages) {
   const auto t_start = Clock::now();
   const long contended_before = contended_measurements();
-  const auto checked = check_before_model(spec);
+  const auto checked = check_before_model(spec, report_stages);
   TimingCache cache = open_timing_cache(spec);
   QuantizeOutcome out;
   out.requested_backend = checked.backend.requested;
@@ -377,13 +333,6 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.plan = plan_for(spec, checked, model);
   const double plan_s = since(t0);
   if (opts.on_plan) opts.on_plan(out.plan);
-  // The sensitivity table's session, on this plan.
-  std::unique_ptr<SensitivityStage> sensitivity;
-  if (auto so = sensitivity_request(spec, opts.sensitivity_by_default); so && !opts.profile) {
-    so->on_progress = opts.on_progress;
-    sensitivity = std::make_unique<SensitivityStage>(
-        spec, std::move(*so), InspectOutcome{out.plan, checked.backend, spec.quantize.model_path});
-  }
 
   auto quantizer = checked.backend.info->factory();
   QuantizeContext ctx(out.plan, model);
@@ -407,33 +356,17 @@ QuantizeOutcome run_quantize(const Spec& spec, const QuantizeOptions& opts) {
   out.warnings = ctx.warnings();
   if (opts.profile) return out;
   embed_metadata(spec, out, ctx);
-  t0 = Clock::now();
-  const std::string partial = partial_path(out.artifact_path);
-  save_artifact(*quantizer, ctx, partial, return_type, opts.verbose);
-  check_artifact_finite(partial, holdout, out.requested_backend);  // removes it when not
-  check_batch_change(partial, holdout, out.requested_backend);     // removes it when it fails
-  times.save_s = since(t0);
-  out.artifact_file_bytes = file_size_or_zero(partial);
+  const std::string partial =
+      save_checked_artifact(*quantizer, ctx, out, return_type, holdout, opts.verbose, times);
   out.total_seconds = since(t_start);
-
-  StagedExports staged;  // removed unless published
-  try {                  // exports and the report; on failure the unpublished artifact goes too
-    write_exports_and_report(spec, checked, ctx, sensitivity.get(), out, staged,
-                             {{"load_s", load_s},
-                              {"plan_s", plan_s},
-                              {"algorithms_s", times.algorithms_s},
-                              {"calibrate_s", times.calibrate_s},
-                              {"quantize_s", times.quantize_s},
-                              {"save_s", times.save_s},
-                              {"total_s", out.total_seconds}});
-    out.total_seconds = out.report["timings"]["total_s"].get<double>();
-    throw_if_interrupted();  // the last safe point: nothing is published yet
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(partial, ec);
-    throw;
-  }
-  publish_result(out, partial, staged);
+  report_and_publish(spec, checked, report_stages, ctx, out, partial,
+                     {{"load_s", load_s},
+                      {"plan_s", plan_s},
+                      {"algorithms_s", times.algorithms_s},
+                      {"calibrate_s", times.calibrate_s},
+                      {"quantize_s", times.quantize_s},
+                      {"save_s", times.save_s},
+                      {"total_s", out.total_seconds}});
   return out;
 }
 

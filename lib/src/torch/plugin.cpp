@@ -169,7 +169,10 @@ class PendingRegistrations {
 
 }  // namespace
 
-void load_plugin(const std::string& path) {
+namespace {
+
+// The plugin's file: present, not a directory; its canonical path.
+std::string plugin_file(const std::string& path) {
   if (path.empty()) throw RuntimeError("plugin path is empty");
   std::error_code ec;
   auto st = fs::status(path, ec);
@@ -183,11 +186,12 @@ void load_plugin(const std::string& path) {
         "TAO_QUANT_PLUGIN_PATH");
   std::string abs = fs::canonical(path, ec).string();
   if (ec) abs = fs::absolute(path).string();
-  if (std::find(loaded().begin(), loaded().end(), abs) != loaded().end()) {
-    spdlog::debug("plugin {} is already loaded", abs);
-    return;
-  }
+  return abs;
+}
 
+// The stamp, read from the file before it is loaded: this tao-quant's
+// plugin ABI and C++ library ABI, or a refusal saying what to rebuild.
+Stamp checked_stamp(const std::string& abs, const std::string& path) {
   const std::string ours = std::to_string(TAOQUANT_PLUGIN_ABI_VERSION);
   auto stamp = read_stamp(abs, path);
   if (!stamp)
@@ -206,8 +210,11 @@ void load_plugin(const std::string& path) {
         "plugin '" + path + "' was built with _GLIBCXX_USE_CXX11_ABI=" + stamp->cxx11abi +
         ", but tao-quant uses _GLIBCXX_USE_CXX11_ABI=" + our_cxx11_abi() +
         "; rebuild the plugin with the same setting (link it to TaoQuant::taoquant)");
+  return *stamp;
+}
 
-  PendingRegistrations pending(abs);
+// dlopen, with an exception from a static initializer turned into a refusal.
+void* open_library(const std::string& abs, const std::string& path) {
   dlerror();  // clear
   void* handle = nullptr;
   try {
@@ -223,6 +230,21 @@ void load_plugin(const std::string& path) {
     throw RuntimeError("cannot load plugin '" + path +
                        "': " + (err ? err : "unknown dlopen error"));
   }
+  return handle;
+}
+
+}  // namespace
+
+void load_plugin(const std::string& path) {
+  const std::string abs = plugin_file(path);
+  if (std::find(loaded().begin(), loaded().end(), abs) != loaded().end()) {
+    spdlog::debug("plugin {} is already loaded", abs);
+    return;
+  }
+  const std::string ours = std::to_string(TAOQUANT_PLUGIN_ABI_VERSION);
+  const Stamp stamp = checked_stamp(abs, path);
+  PendingRegistrations pending(abs);
+  void* handle = open_library(abs, path);
   // From here on the library stays loaded even when it is refused: code it
   // registered elsewhere (e.g. LibTorch operators) may still be referenced.
   using AbiFn = int (*)();
@@ -235,10 +257,10 @@ void load_plugin(const std::string& path) {
   if (abi() != TAOQUANT_PLUGIN_ABI_VERSION)
     throw RuntimeError("plugin '" + path + "' reports plugin ABI " + std::to_string(abi()) +
                        " from taoquant_plugin_abi_version() but its stamp says " +
-                       std::to_string(stamp->abi) + "; this tao-quant has plugin ABI " + ours);
+                       std::to_string(stamp.abi) + "; this tao-quant has plugin ABI " + ours);
   pending.commit();  // throws on a duplicate name, naming both origins
   loaded().push_back(abs);
-  spdlog::debug("loaded plugin {} ({})", abs, stamp->text);
+  spdlog::debug("loaded plugin {} ({})", abs, stamp.text);
 }
 
 void load_plugins(const std::vector<std::string>& paths, bool from_env) {

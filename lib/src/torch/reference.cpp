@@ -40,7 +40,7 @@ nlohmann::json spec_reference_json() {
   for (const auto* o : ObserverRegistry::instance().list())
     observers.push_back({{"name", o->name}, {"help", o->help}, {"origin", o->origin}});
   nlohmann::json algorithms = nlohmann::json::array();
-  for (const auto& d : algorithm_defs()) {
+  for (const auto& d : algorithm_passes()) {
     nlohmann::json modes = nlohmann::json::array();
     for (Mode m : d.modes) modes.push_back(std::string(to_string(m)));
     algorithms.push_back(

@@ -87,11 +87,10 @@ wformat::QuantizedWeight quantize_planned_weight(const QuantizeContext& ctx,
 wformat::QuantizedWeight round_planned_values(const QuantizeContext& ctx, const LayerPlan& lp,
                                               const std::vector<float>& values,
                                               const std::vector<int64_t>& shape) {
-  const BackendInfo* backend = BackendRegistry::instance().find(ctx.plan.backend_resolved);
-  if (!backend || !constraints_active(backend->caps.constraints))
+  if (!constraints_active(ctx.plan.constraints))
     return wformat::quantize_weight(values.data(), shape, weight_format_of(lp.weights));
   return quantize_weight_constrained(values.data(), shape, weight_format_of(lp.weights),
-                                     backend->caps.constraints);
+                                     ctx.plan.constraints);
 }
 
 wformat::QuantizedWeight round_planned_weight(const QuantizeContext& ctx,

@@ -288,9 +288,8 @@ struct Defaults {
   bool evaluate = false;
 };
 
-void read_job(const Node& n, size_t i, const std::string& dir, const Defaults& d,
-              std::vector<BatchJob>& out) {
-  const std::string path = "jobs." + std::to_string(i);
+// A job is a spec: alone, or a template: with models:.
+void check_job_shape(const Node& n, const std::string& path) {
   if (!n.is_map())
     type_error(n, path,
                "a job: a map with spec: (plus id, overrides, evaluate, timeout) or template: and "
@@ -307,7 +306,15 @@ void read_job(const Node& n, size_t i, const std::string& dir, const Defaults& d
     fail(tmpl->loc, path + ".models", "a template job needs models: (a glob or a list of globs)");
   if (spec && models)
     fail(models->loc, path + ".models", "models: goes with template:, not spec: (use template:)");
+}
 
+void read_job(const Node& n, size_t i, const std::string& dir, const Defaults& d,
+              std::vector<BatchJob>& out) {
+  const std::string path = "jobs." + std::to_string(i);
+  check_job_shape(n, path);
+  const Node* spec = get(n, "spec");
+  const Node* tmpl = get(n, "template");
+  const Node* models = get(n, "models");
   BatchJob base;
   base.loc = n.loc;
   base.evaluate = d.evaluate;

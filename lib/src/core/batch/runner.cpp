@@ -70,6 +70,32 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+// The forked child: its own process group that dies with `parent`, default
+// signal handling, stdin from /dev/null, stdout and stderr to the job's
+// log, then the tao-quant binary. Only async-signal-safe calls.
+[[noreturn]] void exec_child(pid_t parent, int null_fd, int log_fd, std::vector<char*>& argv,
+                             std::vector<char*>& envp) {
+  static const char kExecFailed[] =
+      "tao-quant: error: batch: cannot execute the tao-quant binary\n";
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed batch leaves no orphan writing results
+  if (::getppid() != parent) ::_exit(125);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::dup2(null_fd, STDIN_FILENO);
+  ::dup2(log_fd, STDOUT_FILENO);
+  ::dup2(log_fd, STDERR_FILENO);
+  ::execve(argv[0], argv.data(), envp.data());
+  if (::write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1) < 0) { /* nothing to do */
+  }
+  ::_exit(127);
+}
+
 struct Active {
   size_t pos = 0;  // in this shard's job list
   JobPlan plan;
@@ -105,12 +131,17 @@ class Runner {
     return std::chrono::duration<double>(Clock::now() - t).count();
   }
   void start(size_t pos);
+  bool resumed(const Active& a);  // --resume found its recorded result
+  void set_deadline(Active& a, const BatchJob& job) const;
   bool spawn(Active& a, const std::string& stage);
   bool handle_exit(Active& a, int status);  // true: the job is done
   void complete(Active& a);
   void signal_group(Active& a, int sig);
   void check_deadlines();
+  void interrupt_all();
+  bool reap();  // true when a job finished
   void tick();
+  BatchSummary summary() const;
 };
 
 Runner::Runner(const Manifest& m, const BatchOptions& o) : m_(m), o_(o) {
@@ -167,29 +198,9 @@ bool Runner::spawn(Active& a, const std::string& stage) {
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
   const pid_t parent = ::getpid();
-  static const char kExecFailed[] =
-      "tao-quant: error: batch: cannot execute the tao-quant binary\n";
 
   const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed batch leaves no orphan writing results
-    if (::getppid() != parent) ::_exit(125);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::dup2(null_fd, STDIN_FILENO);
-    ::dup2(log_fd, STDOUT_FILENO);
-    ::dup2(log_fd, STDERR_FILENO);
-    ::execve(argv[0], argv.data(), envp.data());
-    if (::write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1) < 0) { /* nothing to do */
-    }
-    ::_exit(127);
-  }
+  if (pid == 0) exec_child(parent, null_fd, log_fd, argv, envp);
   const int fork_errno = errno;
   ::close(log_fd);
   ::close(null_fd);
@@ -200,6 +211,38 @@ bool Runner::spawn(Active& a, const std::string& stage) {
   ::setpgid(pid, pid);  // also here, so that a kill(-pid) right after fork() works
   a.pid = pid;
   return true;
+}
+
+// --resume: a job whose recorded result still holds counts as done.
+bool Runner::resumed(const Active& a) {
+  std::string why;
+  if (auto rec = batch_detail::recorded_result(a.plan, why)) {
+    results_[a.pos] = *rec;
+    ++progress_.done;
+    progress_.elapsed_s = since(t0_);
+    if (o_.on_job_done) o_.on_job_done(*rec, progress_);
+    return true;
+  }
+  if (refused_result(why))  // refused, not merely stale: say so
+    spdlog::warn("batch: {} runs again: {}", a.plan.job->id, why);
+  else
+    spdlog::debug("batch: {} runs again: {}", a.plan.job->id, why);
+  return false;
+}
+
+// The job's timeout: its own, else the command line's, else the manifest's.
+void Runner::set_deadline(Active& a, const BatchJob& job) const {
+  double timeout = 0;
+  if (job.timeout_s)
+    timeout = *job.timeout_s;
+  else if (o_.timeout_s)
+    timeout = *o_.timeout_s;
+  else if (m_.default_timeout_s)
+    timeout = *m_.default_timeout_s;
+  if (timeout <= 0) return;
+  a.timeout_s = timeout;
+  a.deadline = a.started +
+               std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
 }
 
 void Runner::start(size_t pos) {
@@ -219,38 +262,14 @@ void Runner::start(size_t pos) {
   r.dir = a->plan.dir;
   r.stage = "quantize";
 
-  if (o_.resume) {
-    std::string why;
-    if (auto rec = batch_detail::recorded_result(a->plan, why)) {
-      results_[pos] = *rec;
-      ++progress_.done;
-      progress_.elapsed_s = since(t0_);
-      if (o_.on_job_done) o_.on_job_done(*rec, progress_);
-      return;
-    }
-    if (refused_result(why))  // refused, not merely stale: say so
-      spdlog::warn("batch: {} runs again: {}", job.id, why);
-    else
-      spdlog::debug("batch: {} runs again: {}", job.id, why);
-  }
+  if (o_.resume && resumed(*a)) return;
   std::error_code ec;
   fs::create_directories(a->plan.dir, ec);
   if (ec)
     throw RuntimeError("cannot create the job directory '" + a->plan.dir + "': " + ec.message());
   batch_detail::clear_job_dir(a->plan);
 
-  double timeout = 0;
-  if (job.timeout_s)
-    timeout = *job.timeout_s;
-  else if (o_.timeout_s)
-    timeout = *o_.timeout_s;
-  else if (m_.default_timeout_s)
-    timeout = *m_.default_timeout_s;
-  if (timeout > 0) {
-    a->timeout_s = timeout;
-    a->deadline = a->started + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(timeout));
-  }
+  set_deadline(*a, job);
   if (!a->plan.spec_error.empty()) {
     r.status = JobStatus::kFailed;
     r.failure = "spec";
@@ -367,22 +386,50 @@ void Runner::tick() {
   if (o_.on_progress) o_.on_progress(progress_);
 }
 
+// SIGINT/SIGTERM: no job starts any more, and each running one gets SIGTERM
+// (SIGKILL after the grace period: check_deadlines).
+void Runner::interrupt_all() {
+  interrupted_ = stop_ = true;
+  stop_reason_ = "not run: the batch was interrupted";
+  const auto now = Clock::now();
+  for (auto& a : active_) {
+    a->interrupted = a->term_sent = true;
+    a->kill_at = now + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(o_.kill_grace_s));
+    signal_group(*a, SIGTERM);
+  }
+}
+
+bool Runner::reap() {
+  bool changed = false;
+  for (size_t i = 0; i < active_.size();) {
+    int status = 0;
+    const pid_t got = ::waitpid(active_[i]->pid, &status, WNOHANG);
+    const bool lost =
+        got < 0 && errno == ECHILD;  // not ours any more: cannot happen, but never spin
+    if (lost) {
+      active_[i]->result.status = JobStatus::kFailed;
+      active_[i]->result.failure = "start";
+      active_[i]->result.message = "lost track of the job's process";
+    }
+    if (lost || (got == active_[i]->pid && handle_exit(*active_[i], status))) {
+      std::unique_ptr<Active> done = std::move(active_[i]);
+      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
+      complete(*done);
+      changed = changed || !lost;
+      continue;
+    }
+    ++i;
+  }
+  return changed;
+}
+
 BatchSummary Runner::run() {
   InterruptGuard guard;  // SIGINT/SIGTERM stop the jobs; the command exits 130/143
   size_t next = 0;
   auto last_tick = Clock::now() - std::chrono::seconds(1);
   for (;;) {
-    if (interrupt_signal() && !interrupted_) {
-      interrupted_ = stop_ = true;
-      stop_reason_ = "not run: the batch was interrupted";
-      const auto now = Clock::now();
-      for (auto& a : active_) {
-        a->interrupted = a->term_sent = true;
-        a->kill_at = now + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(o_.kill_grace_s));
-        signal_group(*a, SIGTERM);
-      }
-    }
+    if (interrupt_signal() && !interrupted_) interrupt_all();
     bool changed = false;
     while (!stop_ && next < todo_.size() &&
            active_.size() < static_cast<size_t>(std::max(1, o_.jobs))) {
@@ -390,27 +437,7 @@ BatchSummary Runner::run() {
       changed = true;
     }
     if (active_.empty() && (stop_ || next >= todo_.size())) break;
-    for (size_t i = 0; i < active_.size();) {
-      int status = 0;
-      const pid_t got = ::waitpid(active_[i]->pid, &status, WNOHANG);
-      if (got == active_[i]->pid && handle_exit(*active_[i], status)) {
-        std::unique_ptr<Active> done = std::move(active_[i]);
-        active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
-        complete(*done);
-        changed = true;
-        continue;
-      }
-      if (got < 0 && errno == ECHILD) {  // not ours any more: cannot happen, but never spin
-        active_[i]->result.status = JobStatus::kFailed;
-        active_[i]->result.failure = "start";
-        active_[i]->result.message = "lost track of the job's process";
-        std::unique_ptr<Active> done = std::move(active_[i]);
-        active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
-        complete(*done);
-        continue;
-      }
-      ++i;
-    }
+    changed = reap() || changed;
     check_deadlines();
     if (changed || Clock::now() - last_tick >= std::chrono::milliseconds(500)) {
       tick();
@@ -419,7 +446,11 @@ BatchSummary Runner::run() {
     if (!active_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   tick();
+  return summary();
+}
 
+// Every job of the shard: its result, or skipped with why it did not run.
+BatchSummary Runner::summary() const {
   BatchSummary s;
   s.manifest_path = m_.path;
   s.manifest_name = m_.name;

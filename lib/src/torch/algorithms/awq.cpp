@@ -12,6 +12,7 @@
 
 #include <limits>
 
+#include "taoquant/smoothing.h"
 #include "taoquant/weight_algorithms.h"
 
 namespace tq {

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <torch/script.h>
 
+#include "taoquant/equalization.h"
 #include "taoquant/jit.h"
 #include "taoquant/model.h"
 #include "taoquant/weight_algorithms.h"

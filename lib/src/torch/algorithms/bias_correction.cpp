@@ -131,6 +131,24 @@ void shift_bias(torch::jit::Module& target, const BiasShift& b, double sign) {
   t.add_(b.shift.to(t.scalar_type()), s);
 }
 
+void StaticBiasLayer::set_input(const QParams& q) {
+  input_scale = q.scale.at(0);
+  input_zero_point = q.zero_point.at(0);
+  input_qmin = q.quant_min;
+  input_qmax = q.quant_max;
+}
+
+std::map<std::string, StaticBiasLayer> static_bias_layers(
+    const Plan& plan,
+    const std::function<std::optional<StaticBiasLayer>(const LayerPlan&)>& describe) {
+  const AlgorithmPass* pass = find_algorithm("bias_correction");
+  std::map<std::string, StaticBiasLayer> out;
+  for (const auto& lp : plan.layers)
+    if (!pass->on_layer(lp, plan).empty())
+      if (auto b = describe(lp)) out.emplace(lp.info.name, std::move(*b));
+  return out;
+}
+
 std::map<std::string, BiasShift> correct_biases(
     QuantizeContext& ctx, const torch::jit::Module& reference, torch::jit::Module& target,
     CalibrationData& data, const std::map<std::string, StaticBiasLayer>& layers) {

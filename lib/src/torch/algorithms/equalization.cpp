@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "taoquant/equalization.h"
 #include "taoquant/jit.h"
 #include "taoquant/model.h"
 #include "taoquant/weight_algorithms.h"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "taoquant/calibration.h"
+#include "taoquant/equalization.h"
 #include "taoquant/weight_algorithms.h"
 
 namespace tq::detail {

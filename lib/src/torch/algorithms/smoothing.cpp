@@ -16,6 +16,7 @@
 #include "taoquant/data.h"
 #include "taoquant/jit.h"
 #include "taoquant/model.h"
+#include "taoquant/smoothing.h"
 #include "taoquant/steps.h"
 #include "taoquant/weight_algorithms.h"
 #include "taoquant/weight_quant.h"

@@ -7,6 +7,7 @@
 // quantize per tensor.
 #include <ATen/ATen.h>
 
+#include "taoquant/smoothing.h"
 #include "taoquant/weight_algorithms.h"
 
 namespace tq {

@@ -91,15 +91,23 @@ int64_t columns_of(const LayerPlan& lp) {
   return k;
 }
 
+// Whether a pass this stage runs (the pass table's "weights" stage: GPTQ,
+// weight-only bias correction) changes the layer.
+bool weights_stage_changes(const LayerPlan& lp, const Plan& plan) {
+  const auto& passes = algorithm_passes();
+  return std::any_of(passes.begin(), passes.end(), [&](const AlgorithmPass& p) {
+    return p.stage(plan.mode) == "weights" && !p.on_layer(lp, plan).empty();
+  });
+}
+
 Job make_job(const QuantizeContext& ctx, const LayerPlan& lp,
              const std::map<std::string, LayerGeometry>& geoms) {
   Job j;
   j.lp = &lp;
-  const auto algs = lp.algorithms(ctx.plan);
-  j.gptq = std::find(algs.begin(), algs.end(), "gptq") != algs.end();
+  // (A job's layer has quantized weights: weights_stage_changes.)
+  j.gptq = lp.weights.rounding == Rounding::kGptq;
   // Static mode: the backend corrects from the weights it rounds (correct_biases).
-  j.bias = std::find(algs.begin(), algs.end(), "bias_correction") != algs.end() &&
-           ctx.plan.mode == Mode::kWeightOnly;
+  j.bias = ctx.plan.algorithms.bias_correction && ctx.plan.mode == Mode::kWeightOnly;
   auto g = geoms.find(lp.info.name);
   std::string why = g == geoms.end() ? "the layer is not called in forward" : g->second.why;
   if (g != geoms.end()) j.g = g->second;
@@ -212,57 +220,64 @@ double output_energy(const at::Tensor& w2d, const at::Tensor& h) {
   return e;
 }
 
+// GPTQ on one layer: the weight (sequential: its corrected target) rounded
+// column by column on its grid (scale_search: the searched one); the
+// rounded weight goes to out.rounded, what it did to j.facts["gptq"].
+void run_gptq(QuantizeContext& ctx, Job& j, const at::Tensor& w,
+              const wformat::QuantizedWeight& nearest, Outcome& out) {
+  const LayerPlan& lp = *j.lp;
+  const auto t0 = Clock::now();
+  const GptqSettings& st = ctx.plan.algorithms.gptq;
+  // Sequential: round the corrected weight, on its own nearest grid.
+  const bool corrected = j.r.defined();
+  const at::Tensor target = corrected ? gptq_corrected_target(w, j.h, j.r, st.damp) : w;
+  j.r = j.w = at::Tensor();
+  const wformat::QuantizedWeight base =
+      corrected
+          ? round_planned_values(ctx, lp,
+                                 std::vector<float>(target.data_ptr<float>(),
+                                                    target.data_ptr<float>() + target.numel()),
+                                 w.sizes().vec())
+          : nearest;
+  const wformat::QuantizedWeight scales =
+      st.scale_search ? gptq_searched_grid(base, target, j.h) : base;
+  const wformat::WeightGrid grid(scales);
+  auto values = gptq_round(target, j.h, grid, st);
+  auto rounded = wformat::quantize_weight_with(values.data(), scales);
+  // Its SQNR against the original weights (the values GPTQ rounded are on the grid).
+  rounded.sqnr_db = sqnr_db(w.data_ptr<float>(), rounded.dequant.data(), rounded.dequant.size());
+  out.rounded = std::make_shared<const wformat::QuantizedWeight>(std::move(rounded));
+  const wformat::QuantizedWeight& q = *out.rounded;
+  // Sequential: the part of the output error GPTQ minimizes, on the rounded model's inputs.
+  const at::Tensor w2d = target.reshape({w.size(0), -1}).to(at::kDouble);
+  const double signal = output_energy(w2d, j.h);
+  auto noise = [&](const wformat::QuantizedWeight& r) {
+    return output_energy(values_of(r, w).reshape({w.size(0), -1}).to(at::kDouble) - w2d, j.h);
+  };
+  j.facts["gptq"] = {{"seconds", seconds_since(t0)},
+                     {"calibration_output_sqnr_db",
+                      {{"nearest", detail::energy_db(signal, noise(nearest))},
+                       {"gptq", detail::energy_db(signal, noise(q))}}},
+                     {"weight_sqnr_db", {{"nearest", nearest.sqnr_db}, {"gptq", q.sqnr_db}}}};
+  if (corrected)
+    j.facts["gptq"]["sequential"] = {
+        // null: no error came in (the layer reads the float model's input)
+        {"input_sqnr_db", j.in_noise > 0
+                              ? nlohmann::json(detail::energy_db(j.in_signal, j.in_noise))
+                              : nlohmann::json()},
+        {"target_weight_sqnr_db",
+         sqnr_db(w.data_ptr<float>(), target.data_ptr<float>(), static_cast<size_t>(w.numel()))}};
+  j.h = at::Tensor();  // free the Hessian before the next layer
+}
+
 Outcome run_job(QuantizeContext& ctx, Job& j) {
   const LayerPlan& lp = *j.lp;
   auto layer = find_submodule(ctx.model, lp.info.name);
   const at::Tensor w = layer.attr("weight").toTensor().detach().to(at::kFloat).contiguous();
   const wformat::QuantizedWeight nearest = round_planned_weight(ctx, ctx.model, lp);
   Outcome out;
-  const wformat::QuantizedWeight* q = &nearest;
-  if (j.gptq) {
-    const auto t0 = Clock::now();
-    const GptqSettings& st = ctx.plan.algorithms.gptq;
-    // Sequential: round the corrected weight, on its own nearest grid.
-    const bool corrected = j.r.defined();
-    const at::Tensor target = corrected ? gptq_corrected_target(w, j.h, j.r, st.damp) : w;
-    j.r = j.w = at::Tensor();
-    const wformat::QuantizedWeight base =
-        corrected
-            ? round_planned_values(ctx, lp,
-                                   std::vector<float>(target.data_ptr<float>(),
-                                                      target.data_ptr<float>() + target.numel()),
-                                   w.sizes().vec())
-            : nearest;
-    const wformat::QuantizedWeight scales =
-        st.scale_search ? gptq_searched_grid(base, target, j.h) : base;
-    const wformat::WeightGrid grid(scales);
-    auto values = gptq_round(target, j.h, grid, st);
-    auto rounded = wformat::quantize_weight_with(values.data(), scales);
-    // Its SQNR against the original weights (the values GPTQ rounded are on the grid).
-    rounded.sqnr_db = sqnr_db(w.data_ptr<float>(), rounded.dequant.data(), rounded.dequant.size());
-    out.rounded = std::make_shared<const wformat::QuantizedWeight>(std::move(rounded));
-    q = out.rounded.get();
-    // Sequential: the part of the output error GPTQ minimizes, on the rounded model's inputs.
-    const at::Tensor w2d = target.reshape({w.size(0), -1}).to(at::kDouble);
-    const double signal = output_energy(w2d, j.h);
-    auto noise = [&](const wformat::QuantizedWeight& r) {
-      return output_energy(values_of(r, w).reshape({w.size(0), -1}).to(at::kDouble) - w2d, j.h);
-    };
-    j.facts["gptq"] = {{"seconds", seconds_since(t0)},
-                       {"calibration_output_sqnr_db",
-                        {{"nearest", detail::energy_db(signal, noise(nearest))},
-                         {"gptq", detail::energy_db(signal, noise(*q))}}},
-                       {"weight_sqnr_db", {{"nearest", nearest.sqnr_db}, {"gptq", q->sqnr_db}}}};
-    if (corrected)
-      j.facts["gptq"]["sequential"] = {
-          // null: no error came in (the layer reads the float model's input)
-          {"input_sqnr_db", j.in_noise > 0
-                                ? nlohmann::json(detail::energy_db(j.in_signal, j.in_noise))
-                                : nlohmann::json()},
-          {"target_weight_sqnr_db",
-           sqnr_db(w.data_ptr<float>(), target.data_ptr<float>(), static_cast<size_t>(w.numel()))}};
-    j.h = at::Tensor();  // free the Hessian before the next layer
-  }
+  if (j.gptq) run_gptq(ctx, j, w, nearest, out);
+  const wformat::QuantizedWeight* q = out.rounded ? out.rounded.get() : &nearest;
   if (j.bias && j.count > 0) {
     const auto t0 = Clock::now();
     out.bias_shift =
@@ -383,18 +398,13 @@ Results run_passes(QuantizeContext& ctx, CalibrationData& data, std::vector<Job>
 
 }  // namespace
 
-void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t budget) {
+nlohmann::json run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t budget) {
   const auto t0 = Clock::now();
   const auto geoms = layer_geometries(ctx.model);
   std::vector<Job> jobs;
-  for (const auto& lp : ctx.plan.layers) {
-    const auto a = lp.algorithms(ctx.plan);
-    if (std::find(a.begin(), a.end(), std::string(to_string(lp.weights.rounding))) != a.end() ||
-        (std::find(a.begin(), a.end(), "bias_correction") != a.end() &&
-         ctx.plan.mode == Mode::kWeightOnly))
-      jobs.push_back(make_job(ctx, lp, geoms));
-  }
-  if (jobs.empty()) return;
+  for (const auto& lp : ctx.plan.layers)
+    if (weights_stage_changes(lp, ctx.plan)) jobs.push_back(make_job(ctx, lp, geoms));
+  if (jobs.empty()) return nlohmann::json::object();
   const bool gptq = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.gptq; });
   const bool sequential = gptq && ctx.plan.algorithms.gptq.sequential;
   if (sequential)
@@ -414,7 +424,7 @@ void run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t b
     facts["sequential_whole_runs"] = r.pieces_why +
                                      ": each GPTQ layer's inputs came from a run of "
                                      "the whole model";
-  ctx.calibration["algorithms"] = facts;
+  return facts;
 }
 
 }  // namespace tq

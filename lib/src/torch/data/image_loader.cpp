@@ -168,6 +168,27 @@ class ImageFolderLoader : public DataLoader {
     return p.string();
   }
 
+  // Class c's images: every image under its folder, hidden entries skipped.
+  void add_class(const fs::path& root, size_t c) {
+    const fs::path dir = root / class_names_[c];
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+      throw RuntimeError("class '" + class_names_[c] + "' (classes[" + std::to_string(c) +
+                         "]) has no folder '" + dir.string() + "'");
+    std::vector<std::string> files;
+    for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator();
+         ++it) {
+      if (hidden(it->path())) {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (!it->is_directory() && is_image(it->path())) files.push_back(regular_image(it->path()));
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) spdlog::warn("class folder '{}' has no images", dir.string());
+    for (auto& f : files) samples_.push_back({f, static_cast<int64_t>(c)});
+  }
+
   void discover() {
     const fs::path root(src_.images_dir);
     std::vector<std::string> dirs;
@@ -206,25 +227,7 @@ class ImageFolderLoader : public DataLoader {
     if (!root_images.empty())
       spdlog::warn("{}: {} image(s) directly in the folder ignored (class sub-folders are used)",
                    src_.images_dir, root_images.size());
-    for (size_t c = 0; c < class_names_.size(); ++c) {
-      const fs::path dir = root / class_names_[c];
-      std::error_code ec;
-      if (!fs::is_directory(dir, ec))
-        throw RuntimeError("class '" + class_names_[c] + "' (classes[" + std::to_string(c) +
-                           "]) has no folder '" + dir.string() + "'");
-      std::vector<std::string> files;
-      for (auto it = fs::recursive_directory_iterator(dir);
-           it != fs::recursive_directory_iterator(); ++it) {
-        if (hidden(it->path())) {
-          if (it->is_directory()) it.disable_recursion_pending();
-          continue;
-        }
-        if (!it->is_directory() && is_image(it->path())) files.push_back(regular_image(it->path()));
-      }
-      std::sort(files.begin(), files.end());
-      if (files.empty()) spdlog::warn("class folder '{}' has no images", dir.string());
-      for (auto& f : files) samples_.push_back({f, static_cast<int64_t>(c)});
-    }
+    for (size_t c = 0; c < class_names_.size(); ++c) add_class(root, c);
     if (samples_.empty())
       throw RuntimeError("no images (" + std::string(kImageExts) +
                          ") found in the class folders of '" + src_.images_dir + "'");

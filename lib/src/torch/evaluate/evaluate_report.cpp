@@ -139,36 +139,43 @@ std::vector<GateResult> check_gates(const GatesSpec& g, const EvaluateOutcome& o
   return r;
 }
 
-nlohmann::json make_evaluate_report(const Spec& spec, const EvaluateOutcome& out) {
-  using nlohmann::json;
+namespace {
+
+using nlohmann::json;
+
+// A model's latency (ms statistics) and throughput, keyed by batch size.
+std::pair<json, json> latency_json(const ModelResult& m) {
+  json lat = json::object(), thr = json::object();
+  for (const auto& l : m.latency) {
+    lat[std::to_string(l.batch_size)] = {{"median", l.median_ms},
+                                         {"p90", l.p90_ms},
+                                         {"mean", l.mean_ms},
+                                         {"min", l.min_ms},
+                                         {"iters", l.iters},
+                                         {"contended", l.contended},
+                                         {"rounds_dropped", l.rounds_dropped}};
+    thr[std::to_string(l.batch_size)] = l.throughput;
+  }
+  return {lat, thr};
+}
+
+json model_json(const ModelResult& m) {
+  auto [lat, thr] = latency_json(m);
+  return json{{"path", m.path},
+              {"size_bytes", m.file_bytes},
+              {"qengine", m.qengine},
+              {"top1", opt_json(m.top1)},
+              {"top5", opt_json(m.top5)},
+              {"top1_correct", m.top1 ? json(m.correct1) : json(nullptr)},
+              {"top5_correct", m.top5 ? json(m.correct5) : json(nullptr)},
+              {"latency_ms", lat},
+              {"throughput", thr},
+              {"forward_s", m.forward_s}};
+}
+
+// The primary model's accuracy, fidelity against float, size and speed.
+json metrics_json(const EvaluateOutcome& out) {
   const ModelResult& p = out.primary();
-  auto latency_json = [&](const ModelResult& m) {
-    json lat = json::object(), thr = json::object();
-    for (const auto& l : m.latency) {
-      lat[std::to_string(l.batch_size)] = {{"median", l.median_ms},
-                                           {"p90", l.p90_ms},
-                                           {"mean", l.mean_ms},
-                                           {"min", l.min_ms},
-                                           {"iters", l.iters},
-                                           {"contended", l.contended},
-                                           {"rounds_dropped", l.rounds_dropped}};
-      thr[std::to_string(l.batch_size)] = l.throughput;
-    }
-    return std::make_pair(lat, thr);
-  };
-  auto model_json = [&](const ModelResult& m) {
-    auto [lat, thr] = latency_json(m);
-    return json{{"path", m.path},
-                {"size_bytes", m.file_bytes},
-                {"qengine", m.qengine},
-                {"top1", opt_json(m.top1)},
-                {"top5", opt_json(m.top5)},
-                {"top1_correct", m.top1 ? json(m.correct1) : json(nullptr)},
-                {"top5_correct", m.top5 ? json(m.correct5) : json(nullptr)},
-                {"latency_ms", lat},
-                {"throughput", thr},
-                {"forward_s", m.forward_s}};
-  };
   json metrics{
       {"top1", opt_json(p.top1)}, {"top5", opt_json(p.top5)}, {"num_samples", out.num_samples}};
   const std::optional<Fidelity>& f = out.fidelity;
@@ -184,7 +191,13 @@ nlohmann::json make_evaluate_report(const Spec& spec, const EvaluateOutcome& out
   for (size_t i = 0; i < out.speedup.size(); ++i)
     speedup[std::to_string(out.latency_batch_sizes[i])] = json_number(out.speedup[i]);
   metrics["speedup"] = speedup;
+  return metrics;
+}
 
+}  // namespace
+
+nlohmann::json make_evaluate_report(const Spec& spec, const EvaluateOutcome& out) {
+  const json metrics = metrics_json(out);
   json gates = json::array();
   for (const auto& g : out.gates)
     gates.push_back({{"name", g.name},
@@ -219,66 +232,60 @@ nlohmann::json make_evaluate_report(const Spec& spec, const EvaluateOutcome& out
 
 }  // namespace eval
 
-std::string format_evaluate_table(const EvaluateOutcome& out) {
-  const ModelResult* fl = out.find("float");
-  const ModelResult* q = out.find("quantized");
-  const bool both = fl && q;
+namespace {
+
+// The console table's rows: metric, float, quantized, change (or metric and
+// the one model's value).
+struct TableRows {
+  bool both;
   std::vector<std::vector<std::string>> rows;
-  auto row = [&](const std::string& name, const std::string& a, const std::string& b,
-                 const std::string& c) {
+  void add(const std::string& name, const std::string& a, const std::string& b,
+           const std::string& c) {
     if (both)
       rows.push_back({name, a, b, c});
     else
       rows.push_back({name, a});
-  };
-  auto pct = [](const std::optional<double>& v) { return v ? num(*v, 2) : std::string("-"); };
-  const ModelResult& one = out.primary();
-  const ModelResult& a = both ? *fl : one;
-  if (out.has_labels) {
-    row("top-1 (%)", pct(a.top1), both ? pct(q->top1) : "",
-        out.top1_drop ? signed_num(-*out.top1_drop, 2) + " pp" : "");
-    if (a.top5)
-      row("top-5 (%)", pct(a.top5), both ? pct(q->top5) : "",
-          both && q->top5 ? signed_num(*q->top5 - *a.top5, 2) + " pp" : "");
   }
-  row("model file", format_bytes(static_cast<double>(a.file_bytes)),
-      both ? format_bytes(static_cast<double>(q->file_bytes)) : "",
-      out.size_ratio ? "x" + num(*out.size_ratio, 3) + " size" : "");
+};
+
+std::string pct(const std::optional<double>& v) {
+  return v ? num(*v, 2) : std::string("-");
+}
+
+// Latency and throughput per batch size; `q` is null for one model.
+void add_latency_rows(TableRows& t, const EvaluateOutcome& out, const ModelResult& a,
+                      const ModelResult* q) {
   for (size_t i = 0; i < out.latency_batch_sizes.size(); ++i) {
     const int bs = out.latency_batch_sizes[i];
     const LatencyStats* la = a.latency_at(bs);
-    const LatencyStats* lb = both ? q->latency_at(bs) : nullptr;
+    const LatencyStats* lb = q ? q->latency_at(bs) : nullptr;
     if (!la) continue;
     const bool dirty = la->contended || (lb && lb->contended);
     const std::string sp = i < out.speedup.size()
                                ? num(out.speedup[i], 2) + "x speedup" +
                                      (dirty ? " (contended: not a clean figure)" : "")
                                : "";
-    row("latency bs=" + std::to_string(bs) + " median", num(la->median_ms, 3) + " ms",
-        lb ? num(lb->median_ms, 3) + " ms" : "", sp);
-    row("latency bs=" + std::to_string(bs) + " p90", num(la->p90_ms, 3) + " ms",
-        lb ? num(lb->p90_ms, 3) + " ms" : "", "");
-    row("throughput bs=" + std::to_string(bs), num(la->throughput, 1) + "/s",
-        lb ? num(lb->throughput, 1) + "/s" : "", "");
+    t.add("latency bs=" + std::to_string(bs) + " median", num(la->median_ms, 3) + " ms",
+          lb ? num(lb->median_ms, 3) + " ms" : "", sp);
+    t.add("latency bs=" + std::to_string(bs) + " p90", num(la->p90_ms, 3) + " ms",
+          lb ? num(lb->p90_ms, 3) + " ms" : "", "");
+    t.add("throughput bs=" + std::to_string(bs), num(la->throughput, 1) + "/s",
+          lb ? num(lb->throughput, 1) + "/s" : "", "");
   }
-  if (out.fidelity) {
-    const Fidelity& f = *out.fidelity;
-    row("cosine (vs float)", "", num(f.cosine, 6), "");
-    row("SQNR (vs float)", "",
+}
+
+void add_fidelity_rows(TableRows& t, const Fidelity& f) {
+  t.add("cosine (vs float)", "", num(f.cosine, 6), "");
+  t.add("SQNR (vs float)", "",
         std::isinf(f.sqnr_db) ? "inf (identical)" : num(f.sqnr_db, 2) + " dB", "");
-    row("max abs error", "", sig(f.max_abs_error), "");
-    row("mean abs error", "", sig(f.mean_abs_error), "");
-    row("top-1 agreement (%)", "", num(f.top1_agreement, 2), "");
-  }
-  std::string s = "data: " + out.data_description + ", " + std::to_string(out.threads) + " thread" +
-                  (out.threads == 1 ? "" : "s") + "\n";
-  for (const auto& m : out.models)
-    s += m.role + ": " + m.path + (m.qengine.empty() ? "" : " (qengine " + m.qengine + ")") + "\n";
-  s += "\n";
-  if (both)
-    s += format_table({"metric", "float", "quantized", "change"}, rows, {false, true, true, true});
-  else
-    s += format_table({"metric", one.role}, rows, {false, true});
+  t.add("max abs error", "", sig(f.max_abs_error), "");
+  t.add("mean abs error", "", sig(f.mean_abs_error), "");
+  t.add("top-1 agreement (%)", "", num(f.top1_agreement, 2), "");
+}
+
+// What follows the table: notes, gates, the report's path.
+std::string table_footer(const EvaluateOutcome& out) {
+  std::string s;
   for (const auto& n : out.notes) s += "note: " + n + "\n";
   if (!out.gates.empty()) {
     s += "\ngates:\n";
@@ -289,6 +296,40 @@ std::string format_evaluate_table(const EvaluateOutcome& out) {
   }
   if (!out.report_path.empty()) s += "\nreport: " + out.report_path + "\n";
   return s;
+}
+
+}  // namespace
+
+std::string format_evaluate_table(const EvaluateOutcome& out) {
+  const ModelResult* fl = out.find("float");
+  const ModelResult* q = out.find("quantized");
+  const bool both = fl && q;
+  TableRows t{both, {}};
+  const ModelResult& one = out.primary();
+  const ModelResult& a = both ? *fl : one;
+  if (out.has_labels) {
+    t.add("top-1 (%)", pct(a.top1), both ? pct(q->top1) : "",
+          out.top1_drop ? signed_num(-*out.top1_drop, 2) + " pp" : "");
+    if (a.top5)
+      t.add("top-5 (%)", pct(a.top5), both ? pct(q->top5) : "",
+            both && q->top5 ? signed_num(*q->top5 - *a.top5, 2) + " pp" : "");
+  }
+  t.add("model file", format_bytes(static_cast<double>(a.file_bytes)),
+        both ? format_bytes(static_cast<double>(q->file_bytes)) : "",
+        out.size_ratio ? "x" + num(*out.size_ratio, 3) + " size" : "");
+  add_latency_rows(t, out, a, both ? q : nullptr);
+  if (out.fidelity) add_fidelity_rows(t, *out.fidelity);
+  std::string s = "data: " + out.data_description + ", " + std::to_string(out.threads) + " thread" +
+                  (out.threads == 1 ? "" : "s") + "\n";
+  for (const auto& m : out.models)
+    s += m.role + ": " + m.path + (m.qengine.empty() ? "" : " (qengine " + m.qengine + ")") + "\n";
+  s += "\n";
+  if (both)
+    s +=
+        format_table({"metric", "float", "quantized", "change"}, t.rows, {false, true, true, true});
+  else
+    s += format_table({"metric", one.role}, t.rows, {false, true});
+  return s + table_footer(out);
 }
 
 }  // namespace tq

@@ -10,6 +10,56 @@ namespace tq::jit {
 
 namespace {
 
+// Ops whose output is quantized like their input (LibTorch's "general ops"
+// for static quantization): the observer of their input is the observer of
+// their output. Per op: whether it commutes with a positive per-channel
+// scale of its input (equalization scales through it), and whether its
+// quantized kernel requantizes the result with the input's parameters (a
+// clamp bound or an average lands on the grid; shape ops, max pooling and
+// relu keep grid values as they are).
+struct RangeOp {
+  const char* name;
+  bool commutes_with_channel_scale;
+  bool requantizes;
+};
+const RangeOp kPassesRanges[] = {
+    {"aten::max_pool1d", true, false},
+    {"aten::max_pool2d", true, false},
+    {"aten::max_pool3d", true, false},
+    {"aten::adaptive_max_pool2d", true, false},
+    {"aten::avg_pool1d", true, true},
+    {"aten::avg_pool2d", true, true},
+    {"aten::avg_pool3d", true, true},
+    {"aten::adaptive_avg_pool1d", true, true},
+    {"aten::adaptive_avg_pool2d", true, true},
+    {"aten::adaptive_avg_pool3d", true, true},
+    {"aten::flatten", false, false},
+    {"aten::reshape", false, false},
+    {"aten::view", false, false},
+    {"aten::relu", true, false},
+    {"aten::relu_", true, false},
+    {"aten::dropout", true, false},
+    {"aten::dropout_", true, false},
+    {"aten::contiguous", true, false},
+    {"aten::permute", false, false},
+    {"aten::transpose", false, false},
+    {"aten::squeeze", false, false},
+    {"aten::unsqueeze", false, false},
+    {"aten::hardtanh", false, true},
+    {"aten::hardtanh_", false, true},
+    {"aten::clamp", false, true},
+    {"aten::detach", true, false},
+    {"aten::mean", false, true},
+    {"aten::upsample_nearest2d", false, true},
+    {"aten::__getitem__", false, false},
+    {"prim::TupleIndex", false, false},
+    {"prim::ListUnpack", false, false},
+    {"aten::chunk", false, false},
+    {"aten::select", false, false},
+    {"aten::slice", false, false},
+    {"aten::t", false, false},
+};
+
 const std::map<std::string, OpInfo>& table() {
   static const std::map<std::string, OpInfo> kTable = [] {
     std::map<std::string, OpInfo> t;
@@ -24,51 +74,9 @@ const std::map<std::string, OpInfo>& table() {
     t["aten::conv_transpose1d"] = {OpRole::kTransposedLayer, LayerKind::kConvTranspose1d};
     t["aten::conv_transpose2d"] = {OpRole::kTransposedLayer, LayerKind::kConvTranspose2d};
     t["aten::conv_transpose3d"] = {OpRole::kTransposedLayer, LayerKind::kConvTranspose3d};
-    // Ops whose output is quantized like their input (LibTorch's "general
-    // ops" for static quantization): the observer of their input is the
-    // observer of their output.
-    for (const char* name : {"aten::max_pool1d",
-                             "aten::max_pool2d",
-                             "aten::max_pool3d",
-                             "aten::adaptive_max_pool2d",
-                             "aten::avg_pool1d",
-                             "aten::avg_pool2d",
-                             "aten::avg_pool3d",
-                             "aten::adaptive_avg_pool1d",
-                             "aten::adaptive_avg_pool2d",
-                             "aten::adaptive_avg_pool3d",
-                             "aten::flatten",
-                             "aten::reshape",
-                             "aten::view",
-                             "aten::relu",
-                             "aten::relu_",
-                             "aten::dropout",
-                             "aten::dropout_",
-                             "aten::contiguous",
-                             "aten::permute",
-                             "aten::transpose",
-                             "aten::squeeze",
-                             "aten::unsqueeze",
-                             "aten::hardtanh",
-                             "aten::hardtanh_",
-                             "aten::clamp",
-                             "aten::detach",
-                             "aten::mean",
-                             "aten::upsample_nearest2d",
-                             "aten::__getitem__",
-                             "prim::TupleIndex",
-                             "prim::ListUnpack",
-                             "aten::chunk",
-                             "aten::select",
-                             "aten::slice",
-                             "aten::t"})
-      t[name] = {OpRole::kPassesRanges, std::nullopt};
-    for (const char* name :
-         {"aten::relu", "aten::relu_", "aten::max_pool1d", "aten::max_pool2d", "aten::max_pool3d",
-          "aten::adaptive_max_pool2d", "aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d",
-          "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d",
-          "aten::dropout", "aten::dropout_", "aten::contiguous", "aten::detach"})
-      t[name].commutes_with_channel_scale = true;
+    for (const auto& op : kPassesRanges)
+      t[op.name] = {OpRole::kPassesRanges, std::nullopt, op.commutes_with_channel_scale,
+                    op.requantizes};
     return t;
   }();
   return kTable;

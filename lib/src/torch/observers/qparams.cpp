@@ -42,6 +42,41 @@ void quant_range(DType dtype, bool reduce_range, int& qmin, int& qmax) {
                    "' has no quantization range");
 }
 
+namespace {
+
+// One channel's scale and zero point from its range [lo, hi], as PyTorch's
+// observers compute them (fp8: ModelOpt's amax scaling).
+void channel_qparams(float lo, float hi, const ObserverConfig& cfg, bool fp8, int qmin, int qmax,
+                     float& scale, int32_t& zero_point) {
+  const float eps = std::numeric_limits<float>::epsilon();  // torch.finfo(torch.float32).eps
+  const float min_neg = std::min(lo, 0.0f);
+  float max_pos = std::max(hi, 0.0f);
+  if (fp8) {
+    // amax scaling (ModelOpt): the largest magnitude maps to the format's max.
+    const float amax = std::max(-min_neg, max_pos);
+    const float fmax = float(qmax);
+    scale = amax > 0 ? std::max(amax / fmax, FLT_MIN) : 1.0f;
+    zero_point = 0;
+  } else if (cfg.symmetric) {
+    max_pos = std::max(-min_neg, max_pos);
+    // float(quant_max - quant_min) / 2 in Python, then a float32 tensor division.
+    const float denom = float(double(qmax - qmin) / 2.0);
+    scale = std::max(max_pos / denom, eps);
+    // quint8 without a customised range uses 128; int4 is our custom signed range.
+    zero_point = cfg.dtype == DType::kUInt8 ? 128 : 0;
+  } else {
+    const float width = max_pos - min_neg;
+    scale = std::max(width / float(qmax - qmin), eps);
+    // torch.round: round half to even (nearbyint in the default rounding mode).
+    float r = std::nearbyint(min_neg / scale);
+    r = std::clamp(r, -1e9f, 1e9f);  // keeps the int conversion defined; far beyond the clamp
+    const int zp = qmin - int(r);
+    zero_point = std::clamp(zp, qmin, qmax);
+  }
+}
+
+}  // namespace
+
 QParams qparams_from_range(const std::vector<float>& min_vals, const std::vector<float>& max_vals,
                            const ObserverConfig& cfg) {
   if (min_vals.size() != max_vals.size())
@@ -62,8 +97,6 @@ QParams qparams_from_range(const std::vector<float>& min_vals, const std::vector
     q.zero_point = {0};
     return q;
   }
-  const float eps = std::numeric_limits<float>::epsilon();  // torch.finfo(torch.float32).eps
-  const int qmin = q.quant_min, qmax = q.quant_max;
   const size_t n = min_vals.size();
   q.scale.resize(n);
   q.zero_point.resize(n);
@@ -75,33 +108,7 @@ QParams qparams_from_range(const std::vector<float>& min_vals, const std::vector
       throw RuntimeError("qparams_from_range: min " + std::to_string(lo) + " is not <= max " +
                          std::to_string(hi) +
                          (n > 1 ? " (channel " + std::to_string(c) + ")" : std::string()));
-    const float min_neg = std::min(lo, 0.0f);
-    float max_pos = std::max(hi, 0.0f);
-    if (fp8) {
-      // amax scaling (ModelOpt): the largest magnitude maps to the format's max.
-      const float amax = std::max(-min_neg, max_pos);
-      const float fmax = float(q.quant_max);
-      q.scale[c] = amax > 0 ? std::max(amax / fmax, FLT_MIN) : 1.0f;
-      q.zero_point[c] = 0;
-    } else if (cfg.symmetric) {
-      max_pos = std::max(-min_neg, max_pos);
-      // float(quant_max - quant_min) / 2 in Python, then a float32 tensor division.
-      const float denom = float(double(qmax - qmin) / 2.0);
-      float scale = max_pos / denom;
-      q.scale[c] = std::max(scale, eps);
-      // quint8 without a customised range uses 128; int4 is our custom signed range.
-      q.zero_point[c] = cfg.dtype == DType::kUInt8 ? 128 : 0;
-    } else {
-      const float width = max_pos - min_neg;
-      float scale = width / float(qmax - qmin);
-      scale = std::max(scale, eps);
-      q.scale[c] = scale;
-      // torch.round: round half to even (nearbyint in the default rounding mode).
-      float r = std::nearbyint(min_neg / scale);
-      r = std::clamp(r, -1e9f, 1e9f);  // keeps the int conversion defined; far beyond the clamp
-      int zp = qmin - int(r);
-      q.zero_point[c] = std::clamp(zp, qmin, qmax);
-    }
+    channel_qparams(lo, hi, cfg, fp8, q.quant_min, q.quant_max, q.scale[c], q.zero_point[c]);
   }
   return q;
 }
