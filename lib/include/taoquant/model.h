@@ -43,6 +43,9 @@ std::string forward_return_type(const torch::jit::Module& m);
 // published.
 void check_artifact_loads(const std::string& path, const std::string& expected,
                           const std::string& backend);
+// The same, returning the loaded module.
+torch::jit::Module load_artifact_checked(const std::string& path, const std::string& expected,
+                                         const std::string& backend);
 
 // The last check before a result is published: every floating tensor the
 // artifact holds (parameters, buffers, attributes, the weights and scales

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,14 @@ void rename_durably(const std::string& from, const std::string& to);
 // parent directories (fsync of the file, then rename_durably; the torch-free twin of
 // write_file_atomic in model.h).
 void write_text_atomic(const std::string& path, const std::string& data);
+// The same, with the bytes streamed: `fill` calls `sink(data, n)` as often as
+// it likes (a serializer writing straight into the temporary file, with no
+// copy of the whole file in memory). `sink` never throws: a write error is
+// kept, later bytes are dropped, and it is thrown once `fill` returns. An
+// exception from `fill` removes the temporary file and propagates.
+using ByteSink = std::function<void(const void* data, size_t n)>;
+void write_streamed_atomic(const std::string& path,
+                           const std::function<void(const ByteSink& sink)>& fill);
 
 // {file: the name `as_name` will have, bytes, xxh64} of the file at `path`.
 nlohmann::json artifact_fingerprint(const std::string& path, const std::string& as_name);

@@ -175,7 +175,49 @@ std::string replaced_result_warning(const std::string& results_dir, const std::s
          " is left without one and evaluate refuses it (give each backend its own results_dir)";
 }
 
-void write_text_atomic(const std::string& path, const std::string& data) {
+namespace {
+
+// A file descriptor written in chunks of at least kChunk bytes (small
+// writes are gathered), EINTR retried. It never throws: the first error is
+// kept and later writes are dropped, so that a serializer calling it (whose
+// own cleanup writes again) is never unwound from inside; error() says.
+class FdWriter {
+ public:
+  static constexpr size_t kChunk = size_t{1} << 20;
+  explicit FdWriter(int fd) : fd_(fd) {}
+  void write(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    if (buf_.size() + n < kChunk) return buf_.append(p, n), void();
+    flush();
+    if (n < kChunk) return buf_.append(p, n), void();
+    write_all(p, n);
+  }
+  void flush() {
+    write_all(buf_.data(), buf_.size());
+    buf_.clear();
+  }
+  int error() const { return error_; }
+
+ private:
+  void write_all(const char* p, size_t n) {
+    for (size_t off = 0; off < n && error_ == 0;) {
+      const ssize_t w = ::write(fd_, p + off, n - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0)
+        error_ = errno;
+      else
+        off += static_cast<size_t>(w);
+    }
+  }
+  int fd_;
+  int error_ = 0;
+  std::string buf_;
+};
+
+}  // namespace
+
+void write_streamed_atomic(const std::string& path,
+                           const std::function<void(const ByteSink& sink)>& fill) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   std::error_code ec;
@@ -190,26 +232,27 @@ void write_text_atomic(const std::string& path, const std::string& data) {
                        std::to_string(rd() & 0xffffff);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw RuntimeError("cannot write '" + tmp.string() + "': " + std::strerror(errno));
-  size_t off = 0;
-  while (off < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw RuntimeError("cannot write '" + tmp.string() + "': " + std::strerror(err));
-    }
-    off += static_cast<size_t>(n);
+  try {
+    FdWriter out(fd);
+    fill([&](const void* data, size_t n) { out.write(data, n); });
+    out.flush();
+    const int err = out.error() ? out.error() : ::fsync(fd) != 0 ? errno : 0;
+    if (err) throw RuntimeError("cannot write '" + tmp.string() + "': " + std::strerror(err));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
-  const bool synced = ::fsync(fd) == 0;
-  int err = synced ? 0 : errno;
-  if (::close(fd) != 0 && synced) err = errno;
-  if (err != 0) {
+  if (::close(fd) != 0) {
+    const int err = errno;
     ::unlink(tmp.c_str());
     throw RuntimeError("cannot write '" + tmp.string() + "': " + std::strerror(err));
   }
   rename_durably(tmp.string(), path);
+}
+
+void write_text_atomic(const std::string& path, const std::string& data) {
+  write_streamed_atomic(path, [&](const ByteSink& sink) { sink(data.data(), data.size()); });
 }
 
 }  // namespace tq

@@ -26,4 +26,14 @@ std::string batch_change_problem(const std::string& path, const std::vector<at::
 void check_batch_change(const std::string& path, const std::vector<at::Tensor>& holdout,
                         const std::string& backend);
 
+// Everything publishing checks on a saved artifact, on one fresh load:
+// check_artifact_loads, batch_change_problem (its batch 1, held-out size, 1
+// sequence runs first, on the fresh module) and check_artifact_finite (the
+// output is the held-out batch's from that sequence). On a failure the file
+// is removed and a RuntimeError (exit 1) says why, the first of: does not
+// load or returns another type; a non-finite tensor; a non-finite output;
+// fails when the batch size changes.
+void check_saved_artifact(const std::string& path, const std::string& return_type,
+                          const std::vector<at::Tensor>& holdout, const std::string& backend);
+
 }  // namespace tq

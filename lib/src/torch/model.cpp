@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include <spdlog/spdlog.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/script.h>
 
 #include "core/messages.h"
@@ -137,19 +138,26 @@ std::string forward_return_type(const torch::jit::Module& m) {
   return s;
 }
 
-void check_artifact_loads(const std::string& path, const std::string& expected,
-                          const std::string& backend) {
+torch::jit::Module load_artifact_checked(const std::string& path, const std::string& expected,
+                                         const std::string& backend) {
   const std::string what = "the artifact '" + path + "' written by backend '" + backend + "'";
-  std::string got;
+  torch::jit::Module m;
   try {
-    got = forward_return_type(torch::jit::load(path, torch::kCPU));
+    m = torch::jit::load(path, torch::kCPU);
   } catch (const c10::Error& e) {
     throw RuntimeError(what + " does not load in LibTorch: " +
                        first_line(e.what_without_backtrace()) + "; it was not published");
   }
+  const std::string got = forward_return_type(m);
   if (got != expected)
     throw RuntimeError(what + " returns " + got + " where the float model returns " + expected +
                        "; it was not published");
+  return m;
+}
+
+void check_artifact_loads(const std::string& path, const std::string& expected,
+                          const std::string& backend) {
+  (void)load_artifact_checked(path, expected, backend);
 }
 
 namespace {
@@ -188,20 +196,29 @@ void write_file_atomic(const std::string& path, const std::string& data) {
 
 void save_module_atomic(const torch::jit::Module& model, const std::string& path,
                         const std::map<std::string, std::string>& extra_files) {
-  // Serialized in memory first: a file save names the archive's root folder
-  // after the (temporary) file, which would make artifacts differ between runs.
+  // Streamed straight into the temporary file, as Module::save(ostream)
+  // writes it (the archive's root folder is "archive"; a save to a file
+  // path would name it after the temporary file, and artifacts would differ
+  // between runs), without a copy of the whole file in memory: a 60 MB
+  // record took 0.3 s more through a string.
   torch::jit::ExtraFilesMap extra;
   for (const auto& [k, v] : extra_files) extra[k] = v;
   torch::jit::Module m = model;   // a handle: its graphs are the model's
   jit::exact_float_constants(m);  // else the saved code may not compile
-  std::ostringstream os;
-  try {
-    m.save(os, extra);
-  } catch (const c10::Error& e) {
-    throw RuntimeError("cannot save model to '" + path +
-                       "': " + first_line(e.what_without_backtrace()));
-  }
-  write_file_atomic(path, os.str());
+  write_streamed_atomic(path, [&](const ByteSink& sink) {
+    try {
+      torch::jit::ExportModule(
+          m,
+          [&](const void* data, size_t n) -> size_t {
+            sink(data, n);
+            return n;
+          },
+          extra);
+    } catch (const c10::Error& e) {
+      throw RuntimeError("cannot save model to '" + path +
+                         "': " + first_line(e.what_without_backtrace()));
+    }
+  });
 }
 
 }  // namespace tq

@@ -178,11 +178,10 @@ std::vector<at::Tensor> run_backend(const Spec& spec, QuantizerBase& quantizer,
 }
 
 // The backend saves the artifact under its temporary name (partial_path),
-// made durable, and it must load as plain LibTorch loads it and return the
-// float model's type; on any failure that file is gone and the earlier
-// result, if any, is untouched.
+// made durable; on any failure that file is gone and the earlier result, if
+// any, is untouched.
 void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::string& partial,
-                   const std::string& return_type, bool verbose) {
+                   bool verbose) {
   const std::string& name = ctx.plan.backend_requested;
   std::error_code ec;
   fs::create_directories(fs::path(partial).parent_path(), ec);  // the backend writes into it
@@ -191,7 +190,6 @@ void save_artifact(QuantizerBase& quantizer, QuantizeContext& ctx, const std::st
     if (!fs::exists(partial))
       throw RuntimeError("backend '" + name + "' did not write the artifact '" + partial + "'");
     sync_file(partial);
-    check_artifact_loads(partial, return_type, name);
   } catch (...) {
     fs::remove(partial, ec);
     throw;
@@ -285,9 +283,10 @@ std::string save_checked_artifact(QuantizerBase& quantizer, QuantizeContext& ctx
                                   StageTimes& times) {
   const auto t0 = Clock::now();
   const std::string partial = partial_path(out.artifact_path);
-  save_artifact(quantizer, ctx, partial, return_type, verbose);
-  check_artifact_finite(partial, holdout, out.requested_backend);  // removes it when not
-  check_batch_change(partial, holdout, out.requested_backend);     // removes it when it fails
+  save_artifact(quantizer, ctx, partial, verbose);
+  // One fresh load: it loads, returns the float model's type, survives a
+  // batch-size change and is finite; else it is removed.
+  check_saved_artifact(partial, return_type, holdout, out.requested_backend);
   times.save_s = since(t0);
   out.artifact_file_bytes = file_size_or_zero(partial);
   return partial;
