@@ -50,6 +50,10 @@ class ScopedAlgorithmStage {
   std::string name_;
 };
 
+// Whether a pass of `stage` (in the plan's mode) changes `layer`: what a
+// stage's run selects its layers by.
+bool stage_changes_layer(const std::string& stage, const LayerPlan& layer, const Plan& plan);
+
 // Each stage's plan step, for the passes that are on.
 void plan_algorithm_stages(Plan& plan, const torch::jit::Module& model);
 

@@ -116,6 +116,12 @@ ScopedAlgorithmStage::~ScopedAlgorithmStage() {
       r.end());
 }
 
+bool stage_changes_layer(const std::string& stage, const LayerPlan& layer, const Plan& plan) {
+  const auto passes = passes_of(stage, plan.mode);
+  return std::any_of(passes.begin(), passes.end(),
+                     [&](const AlgorithmPass* p) { return !p->on_layer(layer, plan).empty(); });
+}
+
 void plan_algorithm_stages(Plan& plan, const torch::jit::Module& model) {
   for (const auto& s : algorithm_stages()) {
     if (!s.plan) continue;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "taoquant/algorithm_stages.h"
 #include "taoquant/calibration.h"
 #include "taoquant/data.h"
 #include "taoquant/model.h"
@@ -91,20 +92,12 @@ int64_t columns_of(const LayerPlan& lp) {
   return k;
 }
 
-// Whether a pass this stage runs (the pass table's "weights" stage: GPTQ,
-// weight-only bias correction) changes the layer.
-bool weights_stage_changes(const LayerPlan& lp, const Plan& plan) {
-  const auto& passes = algorithm_passes();
-  return std::any_of(passes.begin(), passes.end(), [&](const AlgorithmPass& p) {
-    return p.stage(plan.mode) == "weights" && !p.on_layer(lp, plan).empty();
-  });
-}
-
 Job make_job(const QuantizeContext& ctx, const LayerPlan& lp,
              const std::map<std::string, LayerGeometry>& geoms) {
   Job j;
   j.lp = &lp;
-  // (A job's layer has quantized weights: weights_stage_changes.)
+  // (A job's layer has quantized weights: the weights stage's passes change
+  // only such layers.)
   j.gptq = lp.weights.rounding == Rounding::kGptq;
   // Static mode: the backend corrects from the weights it rounds (correct_biases).
   j.bias = ctx.plan.algorithms.bias_correction && ctx.plan.mode == Mode::kWeightOnly;
@@ -403,7 +396,7 @@ nlohmann::json run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data
   const auto geoms = layer_geometries(ctx.model);
   std::vector<Job> jobs;
   for (const auto& lp : ctx.plan.layers)
-    if (weights_stage_changes(lp, ctx.plan)) jobs.push_back(make_job(ctx, lp, geoms));
+    if (stage_changes_layer("weights", lp, ctx.plan)) jobs.push_back(make_job(ctx, lp, geoms));
   if (jobs.empty()) return nlohmann::json::object();
   const bool gptq = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.gptq; });
   const bool sequential = gptq && ctx.plan.algorithms.gptq.sequential;

@@ -46,8 +46,9 @@ namespace {
 
 // One channel's scale and zero point from its range [lo, hi], as PyTorch's
 // observers compute them (fp8: ModelOpt's amax scaling).
-void channel_qparams(float lo, float hi, const ObserverConfig& cfg, bool fp8, int qmin, int qmax,
+void channel_qparams(float lo, float hi, const ObserverConfig& cfg, int qmin, int qmax,
                      float& scale, int32_t& zero_point) {
+  const bool fp8 = dtype_traits(cfg.dtype).is_float8;
   const float eps = std::numeric_limits<float>::epsilon();  // torch.finfo(torch.float32).eps
   const float min_neg = std::min(lo, 0.0f);
   float max_pos = std::max(hi, 0.0f);
@@ -87,7 +88,6 @@ QParams qparams_from_range(const std::vector<float>& min_vals, const std::vector
   q.axis = cfg.axis;
   q.dtype = cfg.dtype;
   quant_range(cfg.dtype, cfg.reduce_range, q.quant_min, q.quant_max);
-  const bool fp8 = dtype_traits(cfg.dtype).is_float8;
   // Nothing observed: PyTorch's defaults (scale 1, zero point 0).
   bool unobserved = min_vals.empty() || (min_vals.size() == 1 &&
                                          min_vals[0] == std::numeric_limits<float>::infinity() &&
@@ -108,7 +108,7 @@ QParams qparams_from_range(const std::vector<float>& min_vals, const std::vector
       throw RuntimeError("qparams_from_range: min " + std::to_string(lo) + " is not <= max " +
                          std::to_string(hi) +
                          (n > 1 ? " (channel " + std::to_string(c) + ")" : std::string()));
-    channel_qparams(lo, hi, cfg, fp8, q.quant_min, q.quant_max, q.scale[c], q.zero_point[c]);
+    channel_qparams(lo, hi, cfg, q.quant_min, q.quant_max, q.scale[c], q.zero_point[c]);
   }
   return q;
 }
