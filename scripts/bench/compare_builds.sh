@@ -5,7 +5,12 @@
 #     byte-identical or not (cmp);
 #   - static int8 (libtorch per_channel and per_tensor weights, fakequant):
 #     top-1 of each artifact on the 10k Fashion-MNIST test images, measured
-#     by plain PyTorch (scripts/eval_torch.py), and the difference.
+#     by plain PyTorch (scripts/eval_torch.py), and the difference;
+#   - the error-correcting algorithms (weight-only GPTQ + bias correction,
+#     AWQ; static equalization with bias absorption + bias correction,
+#     SmoothQuant): the artifacts as above, and what each algorithm did per
+#     layer (the reports' layers[].algorithms and calibration.algorithms,
+#     seconds aside), equal or not.
 # The never-slower latency check is off in both runs, so that which layers
 # are int8 does not depend on this machine's timings.
 #
@@ -99,6 +104,54 @@ static_int8() {  # model backend granularity
   "$py" -c "import sys; sys.exit(0 if abs($b - $a) <= 0.02 + 1e-9 else 1)" || fail=1
 }
 
+# What the algorithms did, from both reports, seconds aside: equal or not.
+same_facts() {  # name backend
+  "$py" - "$out/old/$1/quantize_report.json" "$out/new/$1/quantize_report.json" <<'PY'
+import json, sys
+def strip(v):
+    if isinstance(v, dict):
+        return {k: strip(x) for k, x in v.items() if k != "seconds"}
+    if isinstance(v, list):
+        return [strip(x) for x in v]
+    return v
+def facts(path):
+    r = json.load(open(path))
+    return strip({"layers": {l["name"]: l.get("algorithms") for l in r["layers"]},
+                  "stages": r["calibration"].get("algorithms"),
+                  "warnings": sorted(r["warnings"])})
+a, b = facts(sys.argv[1]), facts(sys.argv[2])
+sys.exit(0 if a == b else 1)
+PY
+}
+
+algorithms() {  # label model kind backend dtype settings...
+  local name="$1-$2-$3-$4-$5" mode kw
+  shift
+  mode=$([[ $2 == wo ]] && echo weight_only_ptq || echo static_ptq)
+  kw=$([[ $3 == libtorch && $2 == static ]] && echo '{latency_check: false}' || echo '{}')
+  local f
+  local act="  default_activation_dtype: int8"
+  [[ $2 == wo ]] && act="  # weights only"
+  f=$(spec "$name" "quantize:" "  backend: $3" "  mode: $mode" "  default_layer_dtype: $4" \
+    "$act" "  model_path: $data/$1.pt" "  backend_kwargs: $kw" "${@:5}" \
+    "dataset:" "  quant_calibration_dataset: {data_file: $data/calib.npz, batch_size: 64}")
+  quantize "$old" "$f" "$out/old/$name" || { fail=1; return; }
+  quantize "$new" "$f" "$out/new/$name" || { fail=1; return; }
+  local a="$out/old/$name/quantized_model_$3.pth" b="$out/new/$name/quantized_model_$3.pth"
+  local verdict=identical facts="facts equal"
+  if [[ $2 == wo ]]; then
+    cmp -s "$a" "$b" || verdict=DIFFERENT
+  else
+    [[ $(top1 "$a") == $(top1 "$b") ]] || verdict="TOP-1 DIFFERENT"
+  fi
+  same_facts "$name" || facts="FACTS DIFFER"
+  [[ $verdict == identical && $facts == "facts equal" ]] || fail=1
+  if [[ $2 == wo ]]; then
+    [[ $verdict == identical ]] && same=$((same + 1)) || differ=$((differ + 1))
+  fi
+  echo "$verdict, $facts  $name"
+}
+
 for m in "${models[@]}"; do
   for b in libtorch fakequant; do
     for d in int8 uint8 fp8_e4m3fn fp8_e5m2; do weight_only "$m" "$b" "$d" per_channel; done
@@ -108,6 +161,15 @@ for m in "${models[@]}"; do
   static_int8 "$m" libtorch per_channel
   static_int8 "$m" libtorch per_tensor
   static_int8 "$m" fakequant per_channel
+  for b in libtorch fakequant; do
+    algorithms gptq_bc "$m" wo "$b" int4 "  weight_rounding: gptq" "  bias_correction: true"
+    algorithms eq_bc "$m" static "$b" int8 "  equalization: {absorb_bias: true}" \
+      "  bias_correction: true"
+  done
+  case $m in vit | mlp)
+    algorithms awq "$m" wo libtorch int4 "  awq: true"
+    algorithms smoothquant "$m" static libtorch int8 "  smoothquant: true" ;;
+  esac
 done
 echo "weight-only artifacts: $same identical, $differ different"
 exit "$fail"

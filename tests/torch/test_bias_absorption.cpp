@@ -41,7 +41,7 @@ TEST_CASE("high-bias absorption follows the DFQ definition and keeps the functio
   const at::Tensor wd = param(m, "d.weight"), mean_d = param(m, "bn_d.running_mean");
 
   const auto facts = tq::absorb_high_biases(m, pairs);
-  CHECK(facts["absorbed"] == 2);
+  CHECK(facts.absorbed == 2);
   // c_i = max(0, beta_i - 3 |gamma_i|): 7 on channels 0-3, 0 elsewhere.
   const at::Tensor c = (beta_a - 3 * gamma_a.abs()).clamp_min(0);
   CHECK(c.slice(0, 0, 4).allclose(torch::full({4}, 7.0)));
@@ -51,12 +51,14 @@ TEST_CASE("high-bias absorption follows the DFQ definition and keeps the functio
       param(m, "b.bias").allclose(bias_b + (wb.sum({2, 3}) * c.view({1, -1})).sum(1), 1e-5, 1e-5));
   // d has no bias: bn_d's running mean loses depthwise filter i's sum * c_i.
   CHECK(param(m, "bn_d.running_mean").allclose(mean_d - wd.sum({1, 2, 3}) * c, 1e-5, 1e-5));
-  for (const auto& p : facts["pairs"]) {
-    CHECK(p["channels"] == 4);
-    CHECK(p["max_shift"].get<double>() == Approx(7.0));
+  for (const auto& p : facts.pairs) {
+    CHECK(p.channels == 4);
+    CHECK(p.max_shift == Approx(7.0));
   }
-  CHECK(facts["pairs"][0]["compensated_in"] == "b.bias");
-  CHECK(facts["pairs"][1]["compensated_in"] == "bn_d.running_mean");
+  REQUIRE(facts.pairs.size() == 2);
+  CHECK(facts.pairs[0].compensated_in == "b.bias");
+  CHECK(facts.pairs[1].compensated_in == "bn_d.running_mean");
+  CHECK(facts.to_json()["pairs"][1]["compensated_in"] == "bn_d.running_mean");
   const at::Tensor after = m.forward({x}).toTensor();
   CHECK(((after - before).abs().max() / before.abs().max()).item<double>() < 1e-5);
 }
@@ -66,6 +68,7 @@ TEST_CASE("high-bias absorption skips pairs it cannot change", "[algorithms][abs
   auto m = torch::jit::load(models("fmnist/cnn.pt"));
   m.eval();
   const auto facts = tq::absorb_high_biases(m, tq::equalization_pairs(m));
-  CHECK(facts["absorbed"] == 0);
-  for (const auto& p : facts["pairs"]) CHECK(p["skipped"] == "no BatchNorm after the first layer");
+  CHECK(facts.absorbed == 0);
+  for (const auto& p : facts.pairs) CHECK(p.skipped == "no BatchNorm after the first layer");
+  CHECK(facts.to_json()["pairs"][0]["skipped"] == "no BatchNorm after the first layer");
 }

@@ -23,22 +23,24 @@ namespace {
 
 // The toy: multiplies each quantized layer's weight by `factor` in the float
 // model, before the backend quantizes it, after one pass over the data.
-nlohmann::json run_toy(tq::QuantizeContext& ctx, tq::CalibrationData* data) {
+tq::StageResult run_toy(tq::QuantizeContext& ctx, tq::CalibrationData* data) {
   REQUIRE(data);
   int64_t samples = 0;
   data->pass([&](const std::vector<at::Tensor>& in, bool) { samples += in.at(0).size(0); });
   const auto& value = ctx.plan.algorithms.other.at("toy_scale").value;
   const double factor = value.is_object() ? value.value("factor", 1.0) : 1.0;
   torch::NoGradGuard no_grad;
+  tq::StageResult r;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& lp : ctx.plan.layers) {
     const auto a = lp.algorithms(ctx.plan);
     if (std::find(a.begin(), a.end(), "toy_scale") == a.end()) continue;
     tq::find_submodule(ctx.model, lp.info.name).attr("weight").toTensor().mul_(factor);
-    ctx.algorithm_facts[lp.info.name]["toy_scale"] = {{"factor", factor}};
+    r.layers[lp.info.name]["toy_scale"] = {{"factor", factor}};
     layers.push_back(lp.info.name);
   }
-  return {{"samples", samples}, {"layers", layers}};
+  r.counts = {{"samples", samples}, {"layers", layers}};
+  return r;
 }
 
 std::string toy_spec(const std::string& dir, const std::string& toy,

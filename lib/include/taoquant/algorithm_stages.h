@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "taoquant/algorithms.h"
+#include "taoquant/stage_result.h"
 
 namespace torch::jit {
 struct Module;
@@ -30,9 +29,10 @@ struct AlgorithmStage {
   // Empty when the plan says enough.
   std::function<void(Plan& plan, const torch::jit::Module& model)> plan;
   // Runs it on ctx.model. `data` is the calibration data when one of its
-  // passes needs data, else null. Returns its facts: the report's
-  // calibration.algorithms.<name>.
-  std::function<nlohmann::json(QuantizeContext& ctx, CalibrationData* data)> run;
+  // passes needs data, else null. Returns what it did (the pipeline times
+  // it, records it in ctx and puts its counts in the report's
+  // calibration.algorithms.<name>).
+  std::function<StageResult(QuantizeContext& ctx, CalibrationData* data)> run;
 };
 
 const std::vector<AlgorithmStage>& algorithm_stages();

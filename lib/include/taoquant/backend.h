@@ -22,6 +22,7 @@
 #include "taoquant/plan.h"
 #include "taoquant/registry.h"
 #include "taoquant/spec.h"
+#include "taoquant/stage_result.h"
 
 namespace torch::jit {
 struct Module;
@@ -153,11 +154,16 @@ class QuantizeContext {
   // Calibration facts for the report (samples, batches, seconds).
   nlohmann::json calibration = nlohmann::json::object();
 
-  // Set by the library's algorithm stage (GPTQ, bias correction) before the
-  // backend quantizes: the quantized weight of a layer, which
-  // quantize_planned_weight returns instead of rounding to nearest, and
-  // what each algorithm did to each layer (merged into its LayerResult).
+  // Set by the library's algorithm stage (GPTQ) before the backend
+  // quantizes: the quantized weight of a layer, which
+  // quantize_planned_weight returns instead of rounding to nearest.
   std::map<std::string, std::shared_ptr<const wformat::QuantizedWeight>> weight_overrides;
+  // What an algorithm did (a stage's result, or a backend-run pass's):
+  // its per-layer facts go into each layer's result (layers[].algorithms),
+  // its held-out refusals become warnings.
+  void record_algorithms(const StageResult& r);
+  // Per-layer report facts, by facts key (written by record_algorithms and
+  // by a backend adding to a pass it runs; merged into each LayerResult).
   std::map<std::string, nlohmann::json> algorithm_facts;
 
   // The neutral quantization record (record.h) the backend fills as it

@@ -34,20 +34,51 @@ struct EqualizationPair {
 // (or linear after flatten), linear -> ... -> linear; each value used by
 // that path alone, each layer called once.
 std::vector<EqualizationPair> equalization_pairs(const torch::jit::Module& model);
+// What equalize did to one pair: the spread (largest over smallest) of the
+// first layer's per-output-channel ranges and of the second layer's
+// per-input-channel weight ranges, before and after.
+struct EqualizedPair {
+  std::string first, second, batch_norm;
+  std::vector<std::string> through;
+  double first_spread_before = 0, first_spread_after = 0;
+  double second_spread_before = 0, second_spread_after = 0;
+};
+struct Equalization {
+  std::vector<EqualizedPair> pairs;
+  int sweeps = 0;
+  // {"pairs": [{first, second, batch_norm, through, first_range_spread:
+  // {before, after}, second_range_spread}], "sweeps": n}
+  nlohmann::json to_json() const;
+};
 // Equalizes the pairs in place (up to `iterations` sweeps, until the scales
 // converge); a ReLU6 between a pair becomes a per-channel clip, so the
-// forward graph is rewritten (inlined) when there is one. Returns {"pairs": [...per-channel range
-// spreads before/after], "sweeps": n}.
-nlohmann::json equalize(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
-                        int iterations);
+// forward graph is rewritten (inlined) when there is one.
+Equalization equalize(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
+                      int iterations);
+
+// What high-bias absorption did to one pair: `skipped` says why it could
+// not, else how many channels moved, the largest shift and where the
+// second layer's compensation went.
+struct AbsorbedPair {
+  std::string first, second;
+  std::string skipped;
+  int64_t channels = 0;
+  double max_shift = 0;
+  std::string compensated_in;
+  nlohmann::json to_json() const;  // {first, second, skipped} or {..., channels, ...}
+};
+struct BiasAbsorption {
+  std::vector<AbsorbedPair> pairs;
+  size_t absorbed = 0;             // pairs with a shift moved
+  nlohmann::json to_json() const;  // {"pairs": [...], "absorbed": n}
+};
 // DFQ's high-bias absorption, after equalize: for each pair through a ReLU
 // (or a per-channel clip) with a BatchNorm after the first layer, c_i =
 // max(0, beta_i - 3|gamma_i|) moves from the BatchNorm's shift (and the
 // clip) into the second layer's bias, or the running mean of the BatchNorm
 // after it. Changes the float model slightly (values below c_i, padded
-// borders). Returns {"pairs": [{first, second, channels, max_shift,
-// compensated_in} or {..., skipped}], "absorbed": n}.
-nlohmann::json absorb_high_biases(torch::jit::Module& model,
+// borders).
+BiasAbsorption absorb_high_biases(torch::jit::Module& model,
                                   const std::vector<EqualizationPair>& pairs);
 
 }  // namespace tq

@@ -97,7 +97,4 @@ struct ExportOutcome {
 };
 ExportOutcome run_export(const Spec& spec);
 
-// Tool and LibTorch versions, for reports and artifacts.
-nlohmann::json tool_info();
-
 }  // namespace tq

@@ -27,6 +27,9 @@ struct QuantizeReportInput {
 nlohmann::json layers_to_json(const Plan& plan, const std::vector<LayerResult>& layers);
 nlohmann::json make_quantize_report(const QuantizeReportInput& in);
 
+// Tool and LibTorch versions, for reports and artifacts.
+nlohmann::json tool_info();
+
 // A finite double, or null for +-inf/NaN (JSON has no infinities).
 nlohmann::json json_number(double v);
 

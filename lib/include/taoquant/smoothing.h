@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include "taoquant/stage_result.h"
+
 #include "taoquant/equalization.h"
 
 namespace tq {
@@ -67,8 +69,8 @@ AwqResult awq_search(const std::vector<at::Tensor>& weights, const at::Tensor& m
 // The smoothing stage (SmoothQuant in static and dynamic modes, AWQ in
 // weight-only mode): per-channel statistics of each group's input over the
 // calibration data, then the scales, folded into the float model
-// (ctx.model). Records per-layer facts in ctx.algorithm_facts; returns the
-// stage's facts for the report.
-nlohmann::json run_smoothing(QuantizeContext& ctx, CalibrationData& data);
+// (ctx.model). Returns what it did to each consumer layer, the groups the
+// held-out batch refused, and the number of groups.
+StageResult run_smoothing(QuantizeContext& ctx, CalibrationData& data);
 
 }  // namespace tq

@@ -17,6 +17,7 @@
 
 #include "taoquant/algorithms.h"
 #include "taoquant/formats.h"
+#include "taoquant/stage_result.h"
 
 namespace torch::jit {
 struct Module;
@@ -126,7 +127,8 @@ at::Tensor static_bias_shift(const LayerGeometry& g, const at::Tensor& mean_inpu
 // layer's bias in `target` (else the running mean of the BatchNorm that
 // alone reads its output), in place: shallow copies sharing the tensors
 // see it. The layer is linear in x, so the mean output error is that of
-// the mean inputs (padding included). Facts go to ctx.algorithm_facts.
+// the mean inputs (padding included). What it did to each layer, and the
+// held-out batch's refusals, go to ctx.record_algorithms.
 std::map<std::string, BiasShift> correct_biases(
     QuantizeContext& ctx, const torch::jit::Module& reference, torch::jit::Module& target,
     CalibrationData& data, const std::map<std::string, StaticBiasLayer>& layers);
@@ -138,10 +140,10 @@ void shift_bias(torch::jit::Module& target, const BiasShift& b, double sign);
 // data over the float model, gathers each planned layer's statistics in
 // passes of bounded memory (stats_budget_bytes), then runs GPTQ and bias
 // correction layer by layer. Sets ctx.weight_overrides (read by
-// quantize_planned_weight), corrects biases in ctx.model, and records what
-// it did per layer in ctx.algorithm_facts. Returns the stage's facts for the
-// report ({} when no layer is planned for it).
-nlohmann::json run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data,
-                                     size_t stats_budget_bytes = size_t{512} << 20);
+// quantize_planned_weight) and corrects biases in ctx.model. Returns what
+// it did to each layer, the layers the held-out batch refused, and its
+// counts (none when no layer is planned for it).
+StageResult run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data,
+                                  size_t stats_budget_bytes = size_t{512} << 20);
 
 }  // namespace tq

@@ -33,10 +33,15 @@ LayerResult kept_float_result(const LayerPlan& lp, size_t weight_bytes, std::str
 void QuantizeContext::add_layer_result(LayerResult r) {
   // What the library's algorithm stages did to this layer.
   auto facts = algorithm_facts.find(r.name);
-  if (facts != algorithm_facts.end() && !r.extra.contains("algorithms"))
-    r.extra["algorithms"] = facts->second;
+  if (facts != algorithm_facts.end()) r.extra["algorithms"] = facts->second;
   results_.push_back(std::move(r));
   if (on_layer) on_layer(results_.back(), results_.size() - 1);
+}
+
+void QuantizeContext::record_algorithms(const StageResult& r) {
+  for (const auto& [layer, facts] : r.layers)
+    for (const auto& [key, f] : facts.items()) algorithm_facts[layer][key] = f;
+  for (auto& w : r.rejection_warnings()) warn(w);
 }
 
 void QuantizeContext::warn(const std::string& msg) {

@@ -76,10 +76,6 @@ Plan plan_for(const Spec& spec, const CheckedBackend& b, const torch::jit::Modul
 
 }  // namespace
 
-nlohmann::json tool_info() {
-  return {{"name", "tao-quant"}, {"version", TQ_VERSION}, {"libtorch", TORCH_VERSION}};
-}
-
 nlohmann::json InspectOutcome::to_json() const {
   auto j = plan_to_json(plan);
   j["backend"] = {{"requested", backend.requested}, {"resolved", backend.info->name}};
@@ -146,14 +142,17 @@ std::vector<at::Tensor> run_backend(const Spec& spec, QuantizerBase& quantizer,
   };
   ctx.on_progress = opts.on_progress;
   // The library's algorithm stages (algorithm_stages.h), on the float model.
-  nlohmann::json stages = nlohmann::json::object();  // their facts, for the report
+  std::vector<std::pair<std::string, StageResult>> stages;  // for the report
   for (const auto& st : scheduled_stages(ctx.plan)) {
     if (st.needs_data) open_data();
     const auto ta = Clock::now();
-    run_stage(name, st.stage->what.c_str(), opts.verbose, [&] {
-      stages[st.stage->name] = st.stage->run(ctx, st.needs_data ? data.get() : nullptr);
-    });
-    times.algorithms_s += since(ta);
+    StageResult r;
+    run_stage(name, st.stage->what.c_str(), opts.verbose,
+              [&] { r = st.stage->run(ctx, st.needs_data ? data.get() : nullptr); });
+    r.seconds = since(ta);
+    times.algorithms_s += r.seconds;
+    ctx.record_algorithms(r);
+    stages.emplace_back(st.stage->name, std::move(r));
     if (st.needs_data) ctx.calibration = data->facts();
   }
   // The float model as the backend gets it: the record's model when the
@@ -172,7 +171,7 @@ std::vector<at::Tensor> run_backend(const Spec& spec, QuantizerBase& quantizer,
   run_stage(name, "quantize", opts.verbose, [&] { quantizer.quantize(ctx); });
   if (!ctx.record().model) record_model(ctx, before_backend);
   complete_record(ctx.record(), ctx.layer_results(), name);
-  if (!stages.empty()) ctx.calibration["algorithms"] = stages;
+  for (const auto& [stage, r] : stages) ctx.calibration["algorithms"][stage] = r.to_json();
   times.quantize_s = since(t0) - times.calibrate_s - times.algorithms_s;
   return data ? data->holdout() : std::vector<at::Tensor>{};
 }

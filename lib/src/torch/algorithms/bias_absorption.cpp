@@ -56,11 +56,18 @@ at::Tensor output_shift(const at::Tensor& wb, const at::Tensor& c, bool flattene
   return (summed * c.view({groups, 1, per_group})).sum(2).reshape({out});
 }
 
-// One pair; returns its facts ({"skipped": why} when it cannot absorb).
-nlohmann::json absorb_pair(torch::jit::Module& model, const EqualizationPair& p,
-                           const std::map<std::string, std::string>& bn_after) {
-  if (p.batch_norm.empty()) return {{"skipped", "no BatchNorm after the first layer"}};
-  if (!through_relu(p)) return {{"skipped", "no ReLU between the layers"}};
+// One pair (`out` names it): what moved, or why nothing could.
+AbsorbedPair absorb_pair(torch::jit::Module& model, const EqualizationPair& p,
+                         const std::map<std::string, std::string>& bn_after) {
+  AbsorbedPair out;
+  out.first = p.first;
+  out.second = p.second;
+  auto skip = [&](const char* why) {
+    out.skipped = why;
+    return out;
+  };
+  if (p.batch_norm.empty()) return skip("no BatchNorm after the first layer");
+  if (!through_relu(p)) return skip("no ReLU between the layers");
   auto bn = find_submodule(model, p.batch_norm), b = find_submodule(model, p.second);
   const at::Tensor gamma = bn.attr("weight").toTensor().detach().to(at::kDouble);
   const at::Tensor beta = bn.attr("bias").toTensor().detach().to(at::kDouble);
@@ -69,11 +76,11 @@ nlohmann::json absorb_pair(torch::jit::Module& model, const EqualizationPair& p,
   at::Tensor clip;
   if (p.clip != 0) {
     clip_module = find_submodule(model, p.clip_module);
-    if (!clip_module.hasattr("_tq_clip")) return {{"skipped", "the clip is not per-channel"}};
+    if (!clip_module.hasattr("_tq_clip")) return skip("the clip is not per-channel");
     clip = clip_module.attr("_tq_clip").toTensor().detach().to(at::kDouble);
     c = at::where(c < clip.reshape({-1}), c, at::zeros_like(c));  // a saturated channel stays
   }
-  if (c.max().item<double>() <= 0) return {{"skipped", "no channel's shift is above 3 sigma"}};
+  if (c.max().item<double>() <= 0) return skip("no channel's shift is above 3 sigma");
   const at::Tensor d = output_shift(b.attr("weight").toTensor().detach(), c, p.flattened);
   std::string into;
   if (b.attr("bias").isTensor()) {
@@ -85,31 +92,44 @@ nlohmann::json absorb_pair(torch::jit::Module& model, const EqualizationPair& p,
                        next.attr("running_mean").toTensor().to(at::kDouble) - d);
     into = it->second + ".running_mean";
   } else {
-    return {{"skipped", "the second layer has no bias and no BatchNorm after it"}};
+    return skip("the second layer has no bias and no BatchNorm after it");
   }
   detail::set_tensor(bn, "bias", beta - c);
   if (clip.defined()) detail::set_tensor(clip_module, "_tq_clip", clip - c.view(clip.sizes()));
-  return {{"channels", (c > 0).sum().item<int64_t>()},
-          {"max_shift", c.max().item<double>()},
-          {"compensated_in", into}};
+  out.channels = (c > 0).sum().item<int64_t>();
+  out.max_shift = c.max().item<double>();
+  out.compensated_in = into;
+  return out;
 }
 
 }  // namespace
 
-nlohmann::json absorb_high_biases(torch::jit::Module& model,
+BiasAbsorption absorb_high_biases(torch::jit::Module& model,
                                   const std::vector<EqualizationPair>& pairs) {
   torch::NoGradGuard no_grad;
   const auto bn_after = batch_norm_after(model);
-  nlohmann::json out = nlohmann::json::array();
-  size_t absorbed = 0;
+  BiasAbsorption out;
   for (const auto& p : pairs) {
-    nlohmann::json f = absorb_pair(model, p, bn_after);
-    absorbed += f.contains("channels");
-    f["first"] = p.first;
-    f["second"] = p.second;
-    out.push_back(std::move(f));
+    out.pairs.push_back(absorb_pair(model, p, bn_after));
+    out.absorbed += out.pairs.back().skipped.empty();
   }
-  return {{"pairs", out}, {"absorbed", absorbed}};
+  return out;
+}
+
+nlohmann::json AbsorbedPair::to_json() const {
+  nlohmann::json j{{"first", first}, {"second", second}};
+  if (!skipped.empty()) {
+    j["skipped"] = skipped;
+    return j;
+  }
+  j.update({{"channels", channels}, {"max_shift", max_shift}, {"compensated_in", compensated_in}});
+  return j;
+}
+
+nlohmann::json BiasAbsorption::to_json() const {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& p : pairs) arr.push_back(p.to_json());
+  return {{"pairs", arr}, {"absorbed", absorbed}};
 }
 
 }  // namespace tq

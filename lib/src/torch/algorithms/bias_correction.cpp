@@ -169,8 +169,9 @@ std::map<std::string, BiasShift> correct_biases(
   // and target may be one model).
   const LayerCapture held = capture_layers(reference, data.holdout(), detail::holdout_capture());
   std::map<std::string, BiasShift> out;
+  StageResult result;
   for (auto& [name, s] : sums) {
-    auto& facts = ctx.algorithm_facts[name]["bias_correction"];
+    auto& facts = result.layers[name]["bias_correction"];
     if (s.skipped.empty() && s.count == 0) s.skipped = "the calibration data never reached it";
     if (!s.skipped.empty()) {
       facts = {{"skipped", s.skipped}};
@@ -189,17 +190,19 @@ std::map<std::string, BiasShift> correct_biases(
     auto x = held.inputs.find(name);
     if (x != held.inputs.end()) {
       const auto [before, after] = holdout_sqnr(s, reference, name, x->second, b);
-      if (!detail::holdout_verdict(facts, before, after, "bias correction")) continue;
+      if (!detail::holdout_verdict(facts, before, after, "bias correction")) {
+        result.reject("bias_correction", name);
+        continue;
+      }
     }
     shift_bias(target, b, 1.0);
     facts["applied_to"] = b.target;
     out.emplace(name, std::move(b));
   }
-  detail::warn_rejections(ctx, "bias_correction");
   const double secs = seconds_since(t0);
   for (auto& [name, b] : out)
-    ctx.algorithm_facts[name]["bias_correction"]["seconds"] =
-        secs / std::max<size_t>(1, out.size());
+    result.layers[name]["bias_correction"]["seconds"] = secs / std::max<size_t>(1, out.size());
+  ctx.record_algorithms(result);
   return out;
 }
 

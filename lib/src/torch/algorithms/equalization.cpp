@@ -295,8 +295,8 @@ void detail::scale_pair(torch::jit::Module& model, const EqualizationPair& p, co
   detail::set_tensor(t.b, "weight", scale_input_channels(t.wb.to(at::kDouble), s, t.channels));
 }
 
-nlohmann::json equalize(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
-                        int iterations) {
+Equalization equalize(torch::jit::Module& model, const std::vector<EqualizationPair>& pairs,
+                      int iterations) {
   torch::NoGradGuard no_grad;
   auto ranges = [&](const EqualizationPair& p) {
     PairTensors t = load(model, p);
@@ -320,18 +320,29 @@ nlohmann::json equalize(torch::jit::Module& model, const std::vector<Equalizatio
     if (change < 1e-6) break;
   }
   rewrite_clips(model, pairs, total);
-  nlohmann::json out = nlohmann::json::array();
+  Equalization out;
+  out.sweeps = sweeps;
   for (size_t i = 0; i < pairs.size(); ++i) {
     const auto after = ranges(pairs[i]);
-    out.push_back(
-        {{"first", pairs[i].first},
-         {"second", pairs[i].second},
-         {"batch_norm", pairs[i].batch_norm},
-         {"through", pairs[i].through},
-         {"first_range_spread", {{"before", spread_before[i].first}, {"after", after.first}}},
-         {"second_range_spread", {{"before", spread_before[i].second}, {"after", after.second}}}});
+    out.pairs.push_back({pairs[i].first, pairs[i].second, pairs[i].batch_norm, pairs[i].through,
+                         spread_before[i].first, after.first, spread_before[i].second,
+                         after.second});
   }
-  return {{"pairs", out}, {"sweeps", sweeps}};
+  return out;
+}
+
+nlohmann::json Equalization::to_json() const {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& p : pairs)
+    arr.push_back({{"first", p.first},
+                   {"second", p.second},
+                   {"batch_norm", p.batch_norm},
+                   {"through", p.through},
+                   {"first_range_spread",
+                    {{"before", p.first_spread_before}, {"after", p.first_spread_after}}},
+                   {"second_range_spread",
+                    {{"before", p.second_spread_before}, {"after", p.second_spread_after}}}});
+  return {{"pairs", arr}, {"sweeps", sweeps}};
 }
 
 }  // namespace tq

@@ -44,19 +44,4 @@ bool detail::holdout_verdict(nlohmann::json& facts, double before, double after,
   return false;
 }
 
-void detail::warn_rejections(QuantizeContext& ctx, const char* algorithm_key) {
-  std::vector<std::string> layers;
-  for (const auto& [layer, facts] : ctx.algorithm_facts) {
-    auto it = facts.find(algorithm_key);
-    if (it != facts.end() && it->is_object() && it->contains("rejected")) layers.push_back(layer);
-  }
-  if (layers.empty()) return;
-  std::string names;
-  for (size_t i = 0; i < layers.size() && i < 8; ++i) names += (i ? ", " : "") + layers[i];
-  if (layers.size() > 8) names += ", ... (" + std::to_string(layers.size()) + " in all)";
-  ctx.warn(std::string(algorithm_key) + ": the held-out batch says it made " +
-           std::to_string(layers.size()) + " layer(s) worse; not applied to " + names +
-           " (the report's algorithms." + algorithm_key + ".rejected says why)");
-}
-
 }  // namespace tq

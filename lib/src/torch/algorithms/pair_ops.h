@@ -47,12 +47,9 @@ inline double energy_db(double signal, double noise) {
 // the held-out batch without it (`before`) and with it (`after`), recorded
 // in `facts` as holdout_output_sqnr_db {before, after}. An algorithm that
 // did not keep the SQNR at least as good (or made it NaN) is not applied to
-// the layer: `facts["rejected"]` says why, and the result is false.
+// the layer: `facts["rejected"]` says why, and the result is false (the
+// caller adds the layer to its StageResult's refusals).
 bool holdout_verdict(nlohmann::json& facts, double before, double after, const char* algorithm);
-
-// One warning per algorithm that the held-out check turned down somewhere
-// (facts with "rejected"), naming the layers.
-void warn_rejections(QuantizeContext& ctx, const char* algorithm_key);
 
 // Greedy passes over the data: consecutive jobs whose statistics
 // (job.bytes()) together fit the budget; a job larger than it gets a pass alone.

@@ -233,18 +233,25 @@ double smoothed_sqnr(const QuantizeContext& ctx, const GroupJob& j, const at::Te
   return detail::energy_db(signal, noise);
 }
 
-nlohmann::json smoothquant_group(QuantizeContext& ctx, const GroupJob& j,
-                                 const LayerCapture& held) {
+// What smoothing did to one group: its facts, and whether the held-out
+// batch refused it.
+struct GroupFacts {
+  nlohmann::json facts = nlohmann::json::object();
+  bool rejected = false;
+};
+
+GroupFacts smoothquant_group(QuantizeContext& ctx, const GroupJob& j, const LayerCapture& held) {
   const auto weights = consumer_weights(ctx, *j.g);
   const at::Tensor s = smoothquant_scales(j.absmax, weights, ctx.plan.algorithms.smoothquant.alpha);
-  nlohmann::json f = nlohmann::json::object();
+  GroupFacts out;
   auto x = held.inputs.find(j.g->consumers[0]);
   const int64_t k = j.absmax.numel();
   if (x != held.inputs.end() && x->second.size(-1) == k) {
     const at::Tensor xh = x->second.reshape({-1, k}).to(at::kDouble);
-    if (!detail::holdout_verdict(f, smoothed_sqnr(ctx, j, xh, weights, at::ones_like(s)),
-                                 smoothed_sqnr(ctx, j, xh, weights, s), "SmoothQuant"))
-      return f;
+    out.rejected =
+        !detail::holdout_verdict(out.facts, smoothed_sqnr(ctx, j, xh, weights, at::ones_like(s)),
+                                 smoothed_sqnr(ctx, j, xh, weights, s), "SmoothQuant");
+    if (out.rejected) return out;
   }
   at::Tensor w_before = at::zeros_like(j.absmax), w_after = at::zeros_like(j.absmax);
   for (const auto& w : weights) {
@@ -253,13 +260,13 @@ nlohmann::json smoothquant_group(QuantizeContext& ctx, const GroupJob& j,
     w_after = at::maximum(w_after, col * s);
   }
   apply_smoothing(ctx.model, *j.g, s);
-  f.update({{"alpha", ctx.plan.algorithms.smoothquant.alpha},
-            {"input_outlier_ratio",
-             {{"before", outlier_ratio(j.absmax)}, {"after", outlier_ratio(j.absmax / s)}}},
-            {"weight_column_outlier_ratio",
-             {{"before", outlier_ratio(w_before)}, {"after", outlier_ratio(w_after)}}},
-            {"scale_range", {s.min().item<double>(), s.max().item<double>()}}});
-  return f;
+  out.facts.update({{"alpha", ctx.plan.algorithms.smoothquant.alpha},
+                    {"input_outlier_ratio",
+                     {{"before", outlier_ratio(j.absmax)}, {"after", outlier_ratio(j.absmax / s)}}},
+                    {"weight_column_outlier_ratio",
+                     {{"before", outlier_ratio(w_before)}, {"after", outlier_ratio(w_after)}}},
+                    {"scale_range", {s.min().item<double>(), s.max().item<double>()}}});
+  return out;
 }
 
 // The held-out batch's second moment of the group's input, or undefined.
@@ -271,7 +278,7 @@ at::Tensor holdout_moment(const LayerCapture& held, const GroupJob& j) {
   return at::matmul(v.t(), v);
 }
 
-nlohmann::json awq_group(QuantizeContext& ctx, const GroupJob& j, const LayerCapture& held) {
+GroupFacts awq_group(QuantizeContext& ctx, const GroupJob& j, const LayerCapture& held) {
   const auto weights = consumer_weights(ctx, *j.g);
   auto quantize = [&](size_t c, const at::Tensor& w) { return planned_weight(ctx, j.plans[c], w); };
   const AwqResult r = awq_search(weights, j.abssum / std::max<int64_t>(j.rows, 1), j.h,
@@ -283,31 +290,35 @@ nlohmann::json awq_group(QuantizeContext& ctx, const GroupJob& j, const LayerCap
   }
   const auto best = std::min_element(r.loss.begin(), r.loss.end()) - r.loss.begin();
   if (r.alpha > 0) apply_smoothing(ctx.model, *j.g, r.scale);
-  nlohmann::json f{{"alpha", r.alpha},
-                   {"calibration_output_sqnr_db",
-                    {{"nearest", detail::energy_db(signal, r.loss[0])},
-                     {"awq", detail::energy_db(signal, r.loss[best])}}},
-                   {"samples", j.rows}};
+  GroupFacts out;
+  auto& f = out.facts;
+  f = {{"alpha", r.alpha},
+       {"calibration_output_sqnr_db",
+        {{"nearest", detail::energy_db(signal, r.loss[0])},
+         {"awq", detail::energy_db(signal, r.loss[best])}}},
+       {"samples", j.rows}};
   if (r.holdout_loss_nearest > 0) {
     f["holdout_output_error_ratio"] = r.holdout_loss / r.holdout_loss_nearest;
-    if (r.rejected_on_holdout)
+    out.rejected = r.rejected_on_holdout;
+    if (out.rejected)
       f["rejected"] = "the best scale on the calibration data (a = " +
                       std::to_string(static_cast<double>(best) / ctx.plan.algorithms.awq.grid) +
                       ") did not lower the held-out batch's error";
   }
-  return f;
+  return out;
 }
 
 }  // namespace
 
-nlohmann::json run_smoothing(QuantizeContext& ctx, CalibrationData& data) {
-  const auto t0 = Clock::now();
+StageResult run_smoothing(QuantizeContext& ctx, CalibrationData& data) {
   const auto groups = smoothing_groups(ctx.model);
   std::vector<GroupJob> jobs;
   for (const auto& g : groups) {
     GroupJob j = make_group_job(ctx, g);
     if (!j.algorithm.empty()) jobs.push_back(std::move(j));
   }
+  StageResult result;
+  result.declare({"smoothquant", "awq"});
   size_t done = 0;
   LayerCapture held;  // the held-out batch's layer inputs, before any change
   bool captured = false;
@@ -317,19 +328,21 @@ nlohmann::json run_smoothing(QuantizeContext& ctx, CalibrationData& data) {
     captured = true;
     for (GroupJob* j : pass) {
       const auto tg = Clock::now();
-      nlohmann::json f = !j->skipped.empty()     ? nlohmann::json{{"skipped", j->skipped}}
-                         : j->rows == 0          ? nlohmann::json{{"skipped", "no input was seen"}}
-                         : j->algorithm == "awq" ? awq_group(ctx, *j, held)
-                                                 : smoothquant_group(ctx, *j, held);
-      f["producer"] = j->g->producer;
-      f["seconds"] = seconds_since(tg);
-      for (const auto& c : j->g->consumers) ctx.algorithm_facts[c][j->algorithm] = f;
+      GroupFacts g = !j->skipped.empty()     ? GroupFacts{{{"skipped", j->skipped}}}
+                     : j->rows == 0          ? GroupFacts{{{"skipped", "no input was seen"}}}
+                     : j->algorithm == "awq" ? awq_group(ctx, *j, held)
+                                             : smoothquant_group(ctx, *j, held);
+      g.facts["producer"] = j->g->producer;
+      g.facts["seconds"] = seconds_since(tg);
+      for (const auto& c : j->g->consumers) {
+        result.layers[c][j->algorithm] = g.facts;
+        if (g.rejected) result.reject(j->algorithm, c);
+      }
       if (ctx.on_progress) ctx.on_progress("smoothing", ++done, jobs.size());
     }
   }
-  detail::warn_rejections(ctx, "smoothquant");
-  detail::warn_rejections(ctx, "awq");
-  return {{"groups", jobs.size()}, {"seconds", seconds_since(t0)}};
+  result.counts = {{"groups", jobs.size()}};
+  return result;
 }
 
 }  // namespace tq

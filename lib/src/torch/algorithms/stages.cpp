@@ -4,14 +4,12 @@
 #include "taoquant/algorithm_stages.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include <torch/script.h>
 
 #include "taoquant/backend.h"
 #include "taoquant/equalization.h"
 #include "taoquant/smoothing.h"
-#include "taoquant/steps.h"
 #include "taoquant/weight_algorithms.h"
 
 namespace tq {
@@ -32,29 +30,30 @@ void plan_equalization(Plan& plan, const torch::jit::Module& model) {
                             "layers joined by ReLU, pooling or a BatchNorm, each used once)");
 }
 
-// Cross-layer equalization of the float model, before everything else.
-nlohmann::json run_equalization(QuantizeContext& ctx, CalibrationData*) {
-  const auto t0 = std::chrono::steady_clock::now();
+// Cross-layer equalization of the float model, before everything else;
+// then, when asked, DFQ's high-bias absorption on the same pairs.
+StageResult run_equalization(QuantizeContext& ctx, CalibrationData*) {
   const auto pairs = equalization_pairs(ctx.model);
-  auto facts = equalize(ctx.model, pairs, ctx.plan.algorithms.equalization.iterations);
-  nlohmann::json absorbed;
+  const Equalization eq = equalize(ctx.model, pairs, ctx.plan.algorithms.equalization.iterations);
+  StageResult r;
+  r.counts = {{"pairs", pairs.size()}, {"sweeps", eq.sweeps}};
+  for (const auto& p : eq.pairs) {  // a layer may be the second of one pair, the first of the next
+    auto& first = r.layers[p.first]["equalization"];
+    first["next"] = p.second;
+    first["output_range_spread"] = {{"before", p.first_spread_before},
+                                    {"after", p.first_spread_after}};
+    auto& second = r.layers[p.second]["equalization"];
+    second["previous"] = p.first;
+    second["input_range_spread"] = {{"before", p.second_spread_before},
+                                    {"after", p.second_spread_after}};
+  }
   if (ctx.plan.algorithms.equalization.absorb_bias) {
-    absorbed = absorb_high_biases(ctx.model, pairs);
-    for (const auto& p : absorbed["pairs"])
-      ctx.algorithm_facts[p["first"].get<std::string>()]["equalization"]["absorb_bias"] = p;
+    const BiasAbsorption absorbed = absorb_high_biases(ctx.model, pairs);
+    for (const auto& p : absorbed.pairs)
+      r.layers[p.first]["equalization"]["absorb_bias"] = p.to_json();
+    r.counts["absorbed_bias_pairs"] = absorbed.absorbed;
   }
-  for (const auto& p : facts["pairs"]) {
-    auto& first = ctx.algorithm_facts[p["first"].get<std::string>()]["equalization"];
-    first["next"] = p["second"];
-    first["output_range_spread"] = p["first_range_spread"];
-    auto& second = ctx.algorithm_facts[p["second"].get<std::string>()]["equalization"];
-    second["previous"] = p["first"];
-    second["input_range_spread"] = p["second_range_spread"];
-  }
-  nlohmann::json out{
-      {"pairs", pairs.size()}, {"sweeps", facts["sweeps"]}, {"seconds", seconds_since(t0)}};
-  if (!absorbed.is_null()) out["absorbed_bias_pairs"] = absorbed["absorbed"];
-  return out;
+  return r;
 }
 
 // Which Linear layers SmoothQuant / AWQ scale, and the op that absorbs it.

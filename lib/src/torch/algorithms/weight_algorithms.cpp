@@ -104,11 +104,13 @@ Job make_job(const QuantizeContext& ctx, const LayerPlan& lp,
   auto g = geoms.find(lp.info.name);
   std::string why = g == geoms.end() ? "the layer is not called in forward" : g->second.why;
   if (g != geoms.end()) j.g = g->second;
-  if (j.gptq && why.empty() && j.g.conv && j.g.spatial_dims == 3)
+  if (j.gptq && why.empty() && j.g.conv && j.g.spatial_dims == 3) {
     j.facts["gptq"] = {{"skipped", "Conv3d: im2col is 1-D and 2-D only; rounded to nearest"}};
-  else if (j.gptq && !why.empty())
+    j.gptq = false;
+  } else if (j.gptq && !why.empty()) {
     j.facts["gptq"] = {{"skipped", why + "; rounded to nearest"}};
-  if (j.facts.contains("gptq")) j.gptq = false;
+    j.gptq = false;
+  }
   auto layer = find_submodule(ctx.model, lp.info.name);
   const bool has_bias = layer.hasattr("bias") && layer.attr("bias").isTensor();
   if (j.bias && (!why.empty() || (!has_bias && j.g.batch_norm_after.empty()))) {
@@ -125,7 +127,7 @@ Job make_job(const QuantizeContext& ctx, const LayerPlan& lp,
 
 // Adds one input of the layer to the job's statistics.
 void observe_mean(Job& j, const at::Tensor& x) {
-  if (!j.bias || !j.facts.is_object() || j.facts.contains("bias_correction")) return;
+  if (!j.bias) return;
   std::vector<int64_t> shape(x.sizes().begin() + 1, x.sizes().end());
   if (!j.sum.defined()) {
     j.sum = at::zeros(shape, at::kDouble);
@@ -391,13 +393,13 @@ Results run_passes(QuantizeContext& ctx, CalibrationData& data, std::vector<Job>
 
 }  // namespace
 
-nlohmann::json run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t budget) {
-  const auto t0 = Clock::now();
+StageResult run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data, size_t budget) {
   const auto geoms = layer_geometries(ctx.model);
   std::vector<Job> jobs;
   for (const auto& lp : ctx.plan.layers)
     if (stage_changes_layer("weights", lp, ctx.plan)) jobs.push_back(make_job(ctx, lp, geoms));
-  if (jobs.empty()) return nlohmann::json::object();
+  StageResult result;
+  if (jobs.empty()) return result;
   const bool gptq = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.gptq; });
   const bool sequential = gptq && ctx.plan.algorithms.gptq.sequential;
   if (sequential)
@@ -407,17 +409,16 @@ nlohmann::json run_weight_algorithms(QuantizeContext& ctx, CalibrationData& data
         j.r = at::zeros({j.h.size(0), j.w.size(0) / j.h.size(0), j.h.size(1)}, at::kDouble);
       }
   Results r = run_passes(ctx, data, jobs, budget, sequential);
-  apply_results(ctx, data, jobs, r, gptq, sequential);
-  nlohmann::json facts = {{"layers", jobs.size()},
-                          {"passes", r.passes},
-                          {"sequential", sequential},
-                          {"statistics_peak_bytes", r.peak},
-                          {"seconds", seconds_since(t0)}};
+  apply_results(ctx, data, jobs, r, gptq, sequential, result);
+  result.counts = {{"layers", jobs.size()},
+                   {"passes", r.passes},
+                   {"sequential", sequential},
+                   {"statistics_peak_bytes", r.peak}};
   if (!r.pieces_why.empty())
-    facts["sequential_whole_runs"] = r.pieces_why +
-                                     ": each GPTQ layer's inputs came from a run of "
-                                     "the whole model";
-  return facts;
+    result.counts["sequential_whole_runs"] = r.pieces_why +
+                                             ": each GPTQ layer's inputs came from a run of "
+                                             "the whole model";
+  return result;
 }
 
 }  // namespace tq

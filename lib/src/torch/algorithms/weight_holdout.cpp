@@ -28,7 +28,7 @@ at::Tensor with_shift(const at::Tensor& b, const at::Tensor& shift) {
 // dropped (detail::holdout_verdict); without GPTQ, the shift is recomputed
 // for the nearest rounding first.
 void decide_on_holdout(const QuantizeContext& ctx, Job& j, Outcome& o, const at::Tensor& x,
-                       const at::Tensor& xq) {
+                       const at::Tensor& xq, StageResult& result) {
   auto layer = find_submodule(ctx.model, j.lp->info.name);
   const at::Tensor w = layer.attr("weight").toTensor().detach().to(at::kFloat).contiguous();
   at::Tensor b = layer.hasattr("bias") && layer.attr("bias").isTensor()
@@ -44,6 +44,7 @@ void decide_on_holdout(const QuantizeContext& ctx, Job& j, Outcome& o, const at:
                                 tensor_sqnr_db(y, layer_forward(j.g, xg, wg, b)), "GPTQ");
     if (kept) wq = wg;
     if (!kept) o.rounded = nullptr;
+    if (!kept) result.reject("gptq", j.lp->info.name);
     if (!kept && o.bias_shift.defined())  // the shift was for GPTQ's weights
       o.bias_shift = bias_correction_shift(j.g, j.sum / static_cast<double>(j.count), wn - w);
   }
@@ -55,6 +56,7 @@ void decide_on_holdout(const QuantizeContext& ctx, Job& j, Outcome& o, const at:
             "bias correction")) {
       o.bias_shift = at::Tensor();
       f.erase("applied_to");
+      result.reject("bias_correction", j.lp->info.name);
     }
   }
   const at::Tensor ba = o.bias_shift.defined() ? with_shift(b, o.bias_shift) : b;
@@ -103,7 +105,8 @@ HeldOut holdout_in_model(const QuantizeContext& ctx, CalibrationData& data, std:
 // bias shifts into the float model (last: the statistics above are of the
 // float model, and of the rounded copy for sequential GPTQ).
 void apply_results(QuantizeContext& ctx, CalibrationData& data, std::vector<Job>& jobs, Results& r,
-                   bool gptq, bool sequential) {
+                   bool gptq, bool sequential, StageResult& result) {
+  result.declare({"gptq", "bias_correction"});
   // With GPTQ, also each layer's output inside the rounded model (bias
   // correction alone changes too little to be worth the two more runs).
   HeldOut held;
@@ -117,16 +120,14 @@ void apply_results(QuantizeContext& ctx, CalibrationData& data, std::vector<Job>
     auto x = held.fl.inputs.find(name), xq = held.after.inputs.find(name);
     const bool paired = sequential && j.gptq && xq != held.after.inputs.end();
     if (x != held.fl.inputs.end() && j.g.why.empty())
-      decide_on_holdout(ctx, j, o, x->second, paired ? xq->second : at::Tensor());
+      decide_on_holdout(ctx, j, o, x->second, paired ? xq->second : at::Tensor(), result);
     if (o.rounded) ctx.weight_overrides[name] = o.rounded;
-    for (const auto& [k, v] : j.facts.items()) ctx.algorithm_facts[name][k] = v;
+    result.layers[name] = j.facts;
   }
   for (const auto& j : jobs) {
     const Outcome& o = r.outcomes[j.lp->info.name];
     if (o.bias_shift.defined()) apply_bias_shift(ctx, ctx.model, j, o.bias_shift);
   }
-  detail::warn_rejections(ctx, "gptq");
-  detail::warn_rejections(ctx, "bias_correction");
 }
 
 }  // namespace tq::detail

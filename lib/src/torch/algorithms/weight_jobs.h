@@ -69,8 +69,9 @@ void apply_outcome(const QuantizeContext& ctx, torch::jit::Module& rounded, cons
                    const Outcome& o);
 
 // The held-out checks of every job, then the results that pass them into
-// the context (weight_holdout.cpp).
+// the context (weight_holdout.cpp); each job's facts and the refusals go to
+// `result`.
 void apply_results(QuantizeContext& ctx, CalibrationData& data, std::vector<Job>& jobs, Results& r,
-                   bool gptq, bool sequential);
+                   bool gptq, bool sequential, StageResult& result);
 
 }  // namespace tq::detail

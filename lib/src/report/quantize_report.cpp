@@ -1,3 +1,5 @@
+// The quantize report (JSON) and the console lines and tables: torch-free,
+// made from the outcome the pipeline returns.
 #include "taoquant/report.h"
 
 #include <algorithm>
@@ -9,6 +11,10 @@
 #include "taoquant/strings.h"
 
 namespace tq {
+
+nlohmann::json tool_info() {
+  return {{"name", "tao-quant"}, {"version", TQ_VERSION}, {"libtorch", TQ_LIBTORCH_VERSION}};
+}
 
 nlohmann::json json_number(double v) {
   if (!std::isfinite(v)) return nullptr;
