@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -21,6 +22,10 @@
 namespace tq::libtorch {
 
 namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 // Batch sizes in ascending order: which to measure, which to infer, and
 // when to stop (the first batch size where int8 is slower decides).
@@ -144,29 +149,28 @@ Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
   return look(run_f, run_q, /*warm=*/false, 7, 300);
 }
 
-bool clear_win(const LatencyPair& p) {
-  return p.int8_ms <= kInferRatio * p.fp32_ms;
-}
-
-// A clear win (int8 at most kInferRatio of fp32) at the smallest and at the
-// largest size stands for every size between: the speed-up moves smoothly
-// with the batch size (docs/benchmarks.md: no model there that is 2x faster
-// at both ends is slower in between), so the sizes between are inferred.
-// The largest is itself inferred from the smallest when one float call
-// there would take over kInferAboveMs. nullopt: measure them.
+// A win at the smallest and at the largest size by `ends_ratio` (int8 at
+// most that fraction of fp32) stands for every size between: with
+// kInferRatio, because the speed-up moves smoothly with the batch size
+// (docs/benchmarks.md: no model there that is 2x faster at both ends is
+// slower in between); with 1.0, because each int8 layer was timed alone at
+// each size between (latency.h). The largest is itself inferred from the
+// smallest when int8 took at most kInferRatio there and one float call at
+// the largest would take over kInferAboveMs. nullopt: measure them.
 template <class Measure>
-std::optional<std::vector<LatencyPair>> clear_win_between(const std::vector<int64_t>& sizes,
-                                                          Measure&& measure) {
+std::optional<std::vector<LatencyPair>> win_at_both_ends(const std::vector<int64_t>& sizes,
+                                                         double ends_ratio, Measure&& measure) {
+  auto win = [&](const LatencyPair& p) { return p.int8_ms <= ends_ratio * p.fp32_ms; };
   if (sizes.size() < 3) return std::nullopt;
   const LatencyPair first = measure(sizes.front());
-  if (!clear_win(first)) return std::nullopt;
+  if (!win(first)) return std::nullopt;
   const int64_t big = sizes.back();
   BatchLadder ladder;
   ladder.record(first.batch_size, first.fp32_ms, first.int8_ms);
   LatencyPair last{big, ladder.estimate_ms(big), 0, ladder.inferred_from(big), 0, false};
   if (last.inferred_from == 0) {
     last = measure(big);
-    if (!clear_win(last)) return std::nullopt;
+    if (!win(last)) return std::nullopt;
   }
   std::vector<LatencyPair> out{first};
   for (size_t i = 1; i + 1 < sizes.size(); ++i)
@@ -181,7 +185,8 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
                                                const torch::jit::Module& int8,
                                                const std::vector<at::Tensor>& sample,
                                                std::vector<int64_t> batch_sizes, TimingCache* cache,
-                                               const std::string& key) {
+                                               const std::string& key, double ends_ratio,
+                                               bool crossover) {
   torch::NoGradGuard ng;
   torch::jit::Module f = fp32, q = int8;
   std::sort(batch_sizes.begin(), batch_sizes.end());
@@ -190,13 +195,16 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
   auto measure = [&](int64_t bs) {
     auto it = measured.find(bs);
     if (it != measured.end()) return it->second;
+    const auto start = std::chrono::steady_clock::now();
     const Timed t = timed_pair(cache, key + "/bs=" + std::to_string(bs),
                                [&] { return measure_models(f, q, sample, bs); });
+    spdlog::debug("latency: model at batch {}: fp32 {}, int8 {} ({:.2f} s)", bs, format_ms(t.fp32),
+                  format_ms(t.int8), seconds_since(start));
     return measured[bs] = LatencyPair{bs, t.fp32, t.int8, 0, 0, t.contended};
   };
   // (`profile` measures every size, for a cache that answers any rerun.)
   if (!(cache && cache->profile_all))
-    if (auto between = clear_win_between(batch_sizes, measure)) return *between;
+    if (auto between = win_at_both_ends(batch_sizes, ends_ratio, measure)) return *between;
   std::vector<LatencyPair> out;
   BatchLadder ladder;
   size_t i = 0;
@@ -211,6 +219,7 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
   }
   // Slower at batch_sizes[i]: from the largest down to the next loss, where
   // int8 wins again (the crossover the report names).
+  if (!crossover) return out;
   std::vector<LatencyPair> top;
   for (size_t j = batch_sizes.size(); j-- > i + 1;) {
     top.push_back(measure(batch_sizes[j]));
@@ -268,19 +277,21 @@ std::string time_layer(const torch::jit::Module& float_layer, const LayerKernel&
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> slower_int8_layers(
-    const QuantizeContext& ctx, const torch::jit::Module& folded,
-    const torch::jit::Module& observed, ObserverTable& table,
-    const std::map<std::string, at::Tensor>& inputs, const std::vector<int64_t>& batch_sizes,
-    std::vector<std::pair<std::string, std::string>>* untimed) {
-  std::vector<std::pair<std::string, std::string>> out;
+LayerTimings time_int8_layers(const QuantizeContext& ctx, const torch::jit::Module& folded,
+                              const torch::jit::Module& observed, ObserverTable& table,
+                              const std::map<std::string, at::Tensor>& inputs,
+                              const std::vector<int64_t>& batch_sizes) {
+  LayerTimings out;
+  const auto start = std::chrono::steady_clock::now();
   auto time = [&](const Int8Layer& l) {
     std::string why =
         time_layer(l.float_layer, l.kernel, l.input, l.x, batch_sizes, ctx.timing_cache);
-    if (!why.empty()) out.emplace_back(l.name, why);
+    if (!why.empty()) out.slower.emplace_back(l.name, why);
   };
   // One that cannot be timed alone is left to the model-level check.
-  for_each_int8_layer(ctx.plan, folded, observed, table, inputs, time, untimed);
+  for_each_int8_layer(ctx.plan, folded, observed, table, inputs, time, &out.untimed);
+  spdlog::debug("latency: layers timed alone ({:.2f} s): {} slower in int8, {} untimed",
+                seconds_since(start), out.slower.size(), out.untimed.size());
   return out;
 }
 

@@ -40,17 +40,20 @@ constexpr double kInferAboveMs = 100;
 // A single timed call of at least this length decides a 2x difference.
 constexpr double kDecisiveMs = 10;
 
-// Float model vs int8 model on `sample` resized to each batch size: in
-// ascending order up to the first where int8 is slower, then from the
-// largest down to the next where it is slower (so a crossover is found
-// both ways); the result is in ascending order. Each pair comes
-// from `cache` under `key` when it holds it, else is measured and recorded
-// there (`cache` may be null: measure, keep nothing).
-std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
-                                               const torch::jit::Module& int8,
-                                               const std::vector<at::Tensor>& sample,
-                                               std::vector<int64_t> batch_sizes, TimingCache* cache,
-                                               const std::string& key);
+// Float model vs int8 model on `sample` resized to each batch size. First
+// the smallest and the largest: when int8 takes at most `ends_ratio` of
+// fp32's time at both, the sizes between are inferred (kInferRatio: the
+// speed-up moves smoothly with the batch size; 1.0, any win, only where
+// every int8 layer was timed alone at each size between and is not slower
+// there). Else in ascending order up to the first where int8 is slower,
+// then, with `crossover`, from the largest down to the next where it is
+// slower (so a crossover is found both ways); the result is in ascending
+// order. Each pair comes from `cache` under `key` when it holds it, else is
+// measured and recorded there (`cache` may be null: measure, keep nothing).
+std::vector<LatencyPair> compare_model_latency(
+    const torch::jit::Module& fp32, const torch::jit::Module& int8,
+    const std::vector<at::Tensor>& sample, std::vector<int64_t> batch_sizes, TimingCache* cache,
+    const std::string& key, double ends_ratio = kInferRatio, bool crossover = true);
 
 // The timing-cache key of the float model with `table`'s int8 layers: a
 // hash of its graph and parameter shapes and the sample's shapes, and one of
@@ -61,18 +64,23 @@ std::string model_timing_key(const QuantizeContext& ctx, ObserverTable& table,
 // "16x14x14": the sizes from dimension `from` on (timing-cache keys).
 std::string shape_text(const at::Tensor& t, int64_t from = 1);
 
+// What timing each int8 layer alone found.
+struct LayerTimings {
+  // (layer, reason): int8 is slower for it at some batch size.
+  std::vector<std::pair<std::string, std::string>> slower;
+  // (layer, reason): it could not be timed alone (left to the model-level
+  // check).
+  std::vector<std::pair<std::string, std::string>> untimed;
+};
+
 // Each quantized layer alone: its float op vs quantize + int8 op + dequantize
 // on its held-out input (`inputs`: capture_layer_inputs on `folded`), from
 // ctx.timing_cache when it holds the layer's op and shapes, else measured
 // and recorded there (a profiling cache also gets Linear's dynamic int8).
-// Returns (layer, reason) for layers where int8 is slower at any batch size.
-// An int8 layer that cannot be timed alone is left to the model-level check;
-// why is logged and, if `untimed` is given, added to it as (layer, reason).
-std::vector<std::pair<std::string, std::string>> slower_int8_layers(
-    const QuantizeContext& ctx, const torch::jit::Module& folded,
-    const torch::jit::Module& observed, ObserverTable& table,
-    const std::map<std::string, at::Tensor>& inputs, const std::vector<int64_t>& batch_sizes,
-    std::vector<std::pair<std::string, std::string>>* untimed = nullptr);
+LayerTimings time_int8_layers(const QuantizeContext& ctx, const torch::jit::Module& folded,
+                              const torch::jit::Module& observed, ObserverTable& table,
+                              const std::map<std::string, at::Tensor>& inputs,
+                              const std::vector<int64_t>& batch_sizes);
 
 std::string format_ms(double ms);
 

@@ -91,15 +91,40 @@ std::string mixed_speed(const std::vector<LatencyPair>& cmp, nlohmann::json& sum
          " keeps it int8 if the deployment runs only those batch sizes";
 }
 
-// The int8 model against the float one at each covered batch size (entries
-// appended to `speed`): "" when int8 is nowhere slower, else the figures.
-std::string slower_than_float(QuantizeContext& ctx, const StaticSession& s, const Module& q,
-                              const std::vector<int64_t>& sizes, const char* stage,
-                              nlohmann::json& speed, std::string& mixed) {
-  auto cmp = compare_model_latency(ctx.model, q, s.holdout, sizes, ctx.timing_cache,
-                                   model_timing_key(ctx, *s.table, s.holdout));
-  std::string detail;
-  for (const auto& c : cmp) {
+// One whole-model comparison: its pairs, the figures where int8 is slower
+// ("" when nowhere), and where it wins and loses (mixed_speed).
+struct ModelCheck {
+  std::vector<LatencyPair> cmp;
+  std::string slower, mixed;
+  nlohmann::json summary;
+};
+
+// The int8 model against the float one at the covered batch sizes
+// (compare_model_latency with `crossover` and `ends_ratio`).
+ModelCheck check_model(QuantizeContext& ctx, const StaticSession& s, const Module& q,
+                       const std::vector<int64_t>& sizes, bool crossover,
+                       double ends_ratio = kInferRatio) {
+  ModelCheck m;
+  m.cmp = compare_model_latency(ctx.model, q, s.holdout, sizes, ctx.timing_cache,
+                                model_timing_key(ctx, *s.table, s.holdout), ends_ratio, crossover);
+  m.mixed = mixed_speed(m.cmp, m.summary);
+  m.summary["covered_batch_sizes"] = sizes;
+  const bool slower = std::any_of(m.cmp.begin(), m.cmp.end(), [](const LatencyPair& c) {
+    return c.inferred_from == 0 && c.int8_ms > c.fp32_ms;
+  });
+  if (!slower) return m;
+  for (const auto& c : m.cmp)
+    if (c.inferred_from == 0)
+      m.slower += (m.slower.empty() ? "" : "; ") + std::string("bs ") +
+                  std::to_string(c.batch_size) + ": int8 " + format_ms(c.int8_ms) + " vs fp32 " +
+                  format_ms(c.fp32_ms);
+  return m;
+}
+
+// The check's entries in `speed` and its verdict in the report.
+void record_check(QuantizeContext& ctx, const ModelCheck& m, const char* stage,
+                  nlohmann::json& speed) {
+  for (const auto& c : m.cmp) {
     if (c.inferred_from > 0) {
       speed.push_back({{"stage", stage},
                        {"batch_size", c.batch_size},
@@ -114,15 +139,22 @@ std::string slower_than_float(QuantizeContext& ctx, const StaticSession& s, cons
                      {"fp32_ms", c.fp32_ms},
                      {"int8_ms", c.int8_ms}});
     if (c.contended) speed.back()["contended"] = true;
-    detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(c.batch_size) +
-              ": int8 " + format_ms(c.int8_ms) + " vs fp32 " + format_ms(c.fp32_ms);
   }
-  nlohmann::json summary;
-  mixed = mixed_speed(cmp, summary);
+  nlohmann::json summary = m.summary;
   summary["stage"] = stage;
-  summary["covered_batch_sizes"] = sizes;
   ctx.backend_meta["speed_by_batch_size"] = summary;
-  return summary["int8_slower_at"].empty() ? std::string() : detail;
+}
+
+// The planned model's comparison, from the largest size down too (the
+// crossover the warning names): the sizes the first look measured come
+// from the timing cache, with the flags that look had.
+ModelCheck with_crossover(QuantizeContext& ctx, const StaticSession& s, const Module& q,
+                          const std::vector<int64_t>& sizes, const ModelCheck& first) {
+  ModelCheck m = check_model(ctx, s, q, sizes, /*crossover=*/true);
+  for (auto& c : m.cmp)
+    for (const auto& f : first.cmp)
+      if (f.batch_size == c.batch_size) c.contended = c.contended || f.contended;
+  return m;
 }
 
 bool any_int8_left(const QuantizeContext& ctx, const StaticSession& s) {
@@ -141,44 +173,63 @@ Module all_float(QuantizeContext& ctx, StaticSession& s, const std::string& why)
 
 }  // namespace
 
+// The planned model is compared from the smallest size up to the first
+// where int8 is slower; from the largest down (the crossover) only when
+// that comparison is what the warning reports (every layer float because of
+// it): otherwise the model checked again without the slower layers is what
+// the report's verdict describes.
 Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
   if (ctx.timing_cache) ctx.timing_cache->bind_engine(ctx.backend_meta.value("engine", ""));
   const std::vector<int64_t> sizes = covered_batch_sizes(s.latency_batch_sizes);
   nlohmann::json speed = nlohmann::json::array();
-  std::string mixed;
-  std::string why = slower_than_float(ctx, s, q, sizes, "planned", speed, mixed);
+  ModelCheck planned = check_model(ctx, s, q, sizes, /*crossover=*/false);
   const auto& inputs = s.capture().inputs;
-  if (why.empty() && ctx.timing_cache && ctx.timing_cache->profile_all)
-    (void)slower_int8_layers(ctx, s.folded, s.observed, *s.table, inputs,
+  if (planned.slower.empty()) {
+    record_check(ctx, planned, "planned", speed);
+    if (ctx.timing_cache && ctx.timing_cache->profile_all)
+      (void)time_int8_layers(ctx, s.folded, s.observed, *s.table, inputs,
                              sizes);  // `profile`: every layer into the cache
-  if (!why.empty()) {
-    auto slower = slower_int8_layers(ctx, s.folded, s.observed, *s.table, inputs, sizes);
-    for (const auto& [name, reason] : slower) {
+  } else {
+    const LayerTimings layers =
+        time_int8_layers(ctx, s.folded, s.observed, *s.table, inputs, sizes);
+    for (const auto& [name, reason] : layers.slower) {
       s.keep_float.insert(name);
       s.reasons[name] = reason;
     }
     s.steps->step("latency check");
+    if (!any_int8_left(ctx, s) || layers.slower.empty()) {
+      planned = with_crossover(ctx, s, q, sizes, planned);
+      record_check(ctx, planned, "planned", speed);
+    } else {
+      record_check(ctx, planned, "planned", speed);
+    }
+    ModelCheck last = planned;
     if (!any_int8_left(ctx, s)) {
       ctx.warn(
           "static_ptq: every planned layer is slower in int8 than in fp32 on this machine; "
           "the artifact keeps every layer float" +
-          (mixed.empty() ? std::string() : " (the whole model: " + mixed + ")"));
+          (planned.mixed.empty() ? std::string() : " (the whole model: " + planned.mixed + ")"));
       q = ctx.model.clone();  // every layer has its own reason
-    } else {
-      if (!slower.empty()) {
-        undo_bias_corrections(ctx, s);
-        observe_and_run(ctx, s);  // re-observe without them
-        snap_biases(ctx, s);
-        q = convert_observed(s.observed);
-        s.steps->step("convert");
-        why = slower_than_float(ctx, s, q, sizes, "without slower layers", speed, mixed);
-      }
-      if (!why.empty()) {
-        why = "int8 model slower than fp32 on this machine (" + why + ")";
-        ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float" +
-                 (mixed.empty() ? "" : ": " + mixed));
-        q = all_float(ctx, s, why);
-      }
+      last.slower.clear();
+    } else if (!layers.slower.empty()) {
+      undo_bias_corrections(ctx, s);
+      observe_and_run(ctx, s);  // re-observe without them
+      snap_biases(ctx, s);
+      q = convert_observed(s.observed);
+      s.steps->step("convert");
+      // Each int8 layer left was timed alone at every covered size and is
+      // not slower there: a win at both ends stands for the sizes between
+      // (latency.h); a layer that could not be timed alone is not vouched
+      // for.
+      last = check_model(ctx, s, q, sizes, /*crossover=*/true,
+                         layers.untimed.empty() ? 1.0 : kInferRatio);
+      record_check(ctx, last, "without slower layers", speed);
+    }
+    if (!last.slower.empty()) {
+      const std::string why = "int8 model slower than fp32 on this machine (" + last.slower + ")";
+      ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float" +
+               (last.mixed.empty() ? "" : ": " + last.mixed));
+      q = all_float(ctx, s, why);
     }
   }
   s.steps->step("latency check");

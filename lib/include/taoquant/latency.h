@@ -19,21 +19,25 @@ double median(std::vector<double> v);
 double time_ms(const std::function<void()>& fn, int iters = 1);
 
 // One timed round of `iters` calls: per-call wall and CPU milliseconds (the
-// CPU time of every thread of this process) and the involuntary context
-// switches during it.
+// CPU time of every thread of this process), the time its threads spent
+// runnable but waiting for a CPU, and the involuntary context switches.
 struct Round {
   double ms = 0, cpu_ms = 0;  // per call
   double round_ms = 0;        // the whole round
-  long switches = 0;          // in the whole round
+  // The run-queue wait of all of this process's threads in the round
+  // (Linux schedstat, nanosecond resolution); < 0 where the kernel does not
+  // report it.
+  double delay_ms = -1;
+  long switches = 0;  // in the whole round
   // Another process took this one's CPUs during the round: it got less than
-  // half a core of CPU for the round's wall time, or it was preempted (an
-  // involuntary context switch) more than once per 30 ms, any time in a
-  // shorter round. An idle machine almost never preempts a compute-bound
-  // process; a core shared with a busy loop does every scheduler slice, and
-  // one preemption can cost a slice of wall time while the process's other
-  // threads spin, so CPU time alone does not show it. Load average alone cannot tell: a loaded
-  // machine with an idle core times cleanly, and a busy one between two
-  // samples of the load average does not.
+  // half a core of CPU for the round's wall time (it slept), or its threads
+  // waited for a CPU for more than a tenth of the round's wall time. An
+  // idle machine's kernel threads cost a round well under 1 ms; a busy loop
+  // on one of two cores, half of it. Where the wait is not reported, more
+  // than one involuntary context switch per 30 ms (any in a shorter round)
+  // stands for it. Load average alone cannot tell: a loaded machine with
+  // an idle core times cleanly, and a busy one between two samples of the
+  // load average does not.
   bool contended() const;
 };
 Round time_round(const std::function<void()>& fn, int iters = 1);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <dirent.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -48,23 +49,50 @@ std::atomic<long> g_contended{0};
 }  // namespace
 
 bool Round::contended() const {
-  // A preemption can cost a whole scheduler slice (a few ms) while the
-  // process's other threads spin and keep its CPU time up: any in a round
-  // under 30 ms, or more than one per 30 ms, spoils the round.
-  return cpu_ms < 0.5 * ms || static_cast<double>(switches) > round_ms / 30.0;
+  if (cpu_ms < 0.5 * ms) return true;
+  if (delay_ms >= 0) return delay_ms > 0.1 * round_ms;
+  return static_cast<double>(switches) > round_ms / 30.0;
 }
 
+namespace {
+
+// The summed run-queue wait (ms) of this process's threads: the second
+// field of /proc/self/task/<tid>/schedstat; -1 where it is not reported.
+double run_delay_ms() {
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return -1;
+  double sum_ns = 0;
+  bool any = false;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/schedstat");
+    double run_ns = 0, wait_ns = 0;
+    if (in >> run_ns >> wait_ns) {
+      sum_ns += wait_ns;
+      any = true;
+    }
+  }
+  closedir(dir);
+  return any ? sum_ns / 1e6 : -1;
+}
+
+}  // namespace
+
 Round time_round(const std::function<void()>& fn, int iters) {
+  const double d0 = run_delay_ms();
   const Usage u0 = usage_now();
   const auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) fn();
   const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   const Usage u1 = usage_now();
+  const double d1 = run_delay_ms();
   Round r;
   r.ms = wall / iters;
   r.cpu_ms = (u1.cpu_ms - u0.cpu_ms) / iters;
   r.round_ms = wall;
   r.switches = u1.switches - u0.switches;
+  // A thread that ended in the round takes its wait with it: unknown then.
+  if (d0 >= 0 && d1 >= d0) r.delay_ms = d1 - d0;
   return r;
 }
 
@@ -140,10 +168,13 @@ std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
   ta = std::max(ra0.ms, 1e-3);
   tb = std::max(rb0.ms, 1e-3);
   std::vector<double> ra, rb, all_a, all_b;
-  if (std::max(ta, tb) > 250) {
-    // Slow runs (large models, large batches) are stable: that call counts
-    // as a repeat, and two repeats in all keep the check to seconds.
-    reps = std::min(reps, 2);
+  // Slow runs (large models, large batches) are stable: two repeats in all
+  // keep the check to seconds.
+  if (std::max(ta, tb) > 250) reps = std::min(reps, 2);
+  const int ia = std::clamp(static_cast<int>(budget_ms / reps / ta), 1, 200);
+  const int ib = std::clamp(static_cast<int>(budget_ms / reps / tb), 1, 200);
+  // A repeat of one call each is what that first call was: it counts.
+  if (std::max(ta, tb) > 250 || (ia == 1 && ib == 1)) {
     all_a.push_back(ta);
     all_b.push_back(tb);
     if (!ra0.contended() && !rb0.contended()) {
@@ -151,8 +182,6 @@ std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
       rb.push_back(tb);
     }
   }
-  const int ia = std::clamp(static_cast<int>(budget_ms / reps / ta), 1, 200);
-  const int ib = std::clamp(static_cast<int>(budget_ms / reps / tb), 1, 200);
   for (int tries = 0; static_cast<int>(ra.size()) < reps && tries < 3 * reps; ++tries) {
     const Round x = time_round(a, ia), y = time_round(b, ib);
     all_a.push_back(x.ms);

@@ -4,21 +4,48 @@
 // flagged.
 #include <time.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 #include "taoquant/latency.h"
 
-TEST_CASE("latency: a round is contended when the process lacks the CPU or is preempted",
+TEST_CASE("latency: a round is contended when the process lacks the CPU or waits for one",
+          "[latency]") {
+  tq::Round r;
+  r.ms = r.round_ms = 10;
+  r.cpu_ms = 10;
+  r.delay_ms = 0;
+  CHECK_FALSE(r.contended());
+  r.cpu_ms = 20;  // two threads busy: clean
+  CHECK_FALSE(r.contended());
+  r.cpu_ms = 4.9;  // less than half a core for the round: it slept
+  CHECK(r.contended());
+  r.cpu_ms = 10;
+  r.delay_ms = 0.9;  // an idle machine's kernel threads
+  r.switches = 3;    // preemptions that cost it almost nothing
+  CHECK_FALSE(r.contended());
+  r.delay_ms = 1.1;  // its threads waited for a CPU over a tenth of the round
+  CHECK(r.contended());
+  r.ms = r.round_ms = 300;
+  r.cpu_ms = 300;
+  r.delay_ms = 29;
+  CHECK_FALSE(r.contended());
+  r.delay_ms = 31;
+  CHECK(r.contended());
+}
+
+TEST_CASE("latency: without the kernel's run delay, involuntary switches stand for it",
           "[latency]") {
   tq::Round r;
   r.ms = r.round_ms = 10;
   r.cpu_ms = 10;
   CHECK_FALSE(r.contended());
-  r.cpu_ms = 20;  // two threads busy: clean
-  CHECK_FALSE(r.contended());
-  r.cpu_ms = 4.9;  // less than half a core for the round
-  CHECK(r.contended());
-  r.cpu_ms = 10;
   r.switches = 1;  // one preemption in a 10 ms round: up to a scheduler slice lost
   CHECK(r.contended());
   r.ms = r.round_ms = 300;
@@ -26,6 +53,33 @@ TEST_CASE("latency: a round is contended when the process lacks the CPU or is pr
   r.switches = 10;  // one per 30 ms of a long round
   CHECK_FALSE(r.contended());
   r.switches = 11;
+  CHECK(r.contended());
+}
+
+TEST_CASE("latency: a round whose threads outnumber the cores waits for them", "[latency]") {
+  // Twice as many spinning threads as CPUs: each waits about half the
+  // round on a run queue, whatever else the machine does (a busy machine
+  // only adds to it), so the kernel's run delay must show it.
+  const unsigned n = 2 * std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<bool> stop{false};
+  auto spin_until = [](const std::function<bool()>& done) {
+    volatile unsigned long spin = 0;
+    while (!done()) spin = spin + 1;
+  };
+  std::vector<std::thread> crowd;  // alive across the round: their waits count
+  for (unsigned i = 0; i < n; ++i)
+    crowd.emplace_back([&] { spin_until([&] { return stop.load(); }); });
+  const tq::Round r = tq::time_round([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+    spin_until([&] { return std::chrono::steady_clock::now() >= until; });
+  });
+  stop = true;
+  for (auto& t : crowd) t.join();
+  if (r.delay_ms < 0) {
+    WARN("this kernel does not report run delay (schedstat): nothing to check");
+    return;
+  }
+  CHECK(r.delay_ms > 0.1 * r.round_ms);
   CHECK(r.contended());
 }
 

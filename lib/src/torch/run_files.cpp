@@ -62,8 +62,8 @@ nlohmann::json close_timing_cache(const TimingCache& cache,
   if (contended > 0)
     busy = std::to_string(contended) +
            " measurement(s) stayed contended after retries (other processes took this "
-           "machine's CPUs: each round's CPU time against its wall time, and its involuntary "
-           "context switches)" +
+           "machine's CPUs: each round's CPU time against its wall time, and how long its "
+           "threads waited for a CPU)" +
            (busy.empty() ? "" : "; " + busy);
   if (!busy.empty())
     ctx.warn("latency was measured while " + busy +

@@ -309,8 +309,8 @@ double measure(std::vector<eval::LoadedModel>& models, const std::vector<at::Ten
     out.notes.push_back(
         "latency at batch " + contended +
         " was measured while other processes took this machine's CPUs: too few rounds ran "
-        "undisturbed (each round's CPU time against its wall time, and its involuntary context "
-        "switches), so those figures are not clean; measure on an idle machine");
+        "undisturbed (each round's CPU time against its wall time, and how long its threads "
+        "waited for a CPU), so those figures are not clean; measure on an idle machine");
   return since(tl);
 }
 

@@ -1,0 +1,79 @@
+// The never-slower check's choice of batch sizes to measure and to infer
+// (docs/spec.md, "never-slower"), on timings read from a timing cache: the
+// decisions come from the times alone, so these tests time nothing.
+#include <torch/script.h>
+
+#include <catch2/catch.hpp>
+
+#include "../../backends/libtorch/latency.h"
+#include "taoquant/timing_cache.h"
+
+namespace {
+
+using tq::libtorch::LatencyPair;
+
+struct Times {
+  double fp32, int8;
+};
+
+// compare_model_latency over `sizes` with the cache holding `times` per
+// batch size: a size the check measured and the cache lacked would be
+// timed on the two identity models, which is what `measured` tells apart.
+std::vector<LatencyPair> compare(const std::map<int64_t, Times>& times,
+                                 const std::vector<int64_t>& sizes, double ends_ratio,
+                                 bool crossover = true) {
+  torch::jit::Module m("identity");
+  m.define("def forward(self, x):\n  return x\n");
+  tq::TimingCache cache{tq::TimingEnv{}};
+  for (const auto& [bs, t] : times) {
+    cache.put("model/k/bs=" + std::to_string(bs) + "/fp32", t.fp32);
+    cache.put("model/k/bs=" + std::to_string(bs) + "/int8", t.int8);
+  }
+  return tq::libtorch::compare_model_latency(m, m, {at::zeros({1, 4})}, sizes, &cache, "model/k",
+                                             ends_ratio, crossover);
+}
+
+std::vector<int64_t> measured(const std::vector<LatencyPair>& cmp) {
+  std::vector<int64_t> out;
+  for (const auto& c : cmp)
+    if (c.inferred_from == 0) out.push_back(c.batch_size);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("never-slower check: a win at both ends stands for the sizes between only as said",
+          "[latency]") {
+  using V = std::vector<int64_t>;
+  const V sizes{1, 2, 4, 8};
+  // int8 10% faster everywhere: not the 2x win that stands for the sizes
+  // between on its own, so the planned model is measured at each size.
+  const std::map<int64_t, Times> close{{1, {10, 9}}, {2, {20, 18}}, {4, {40, 36}}, {8, {80, 72}}};
+  CHECK(measured(compare(close, sizes, tq::libtorch::kInferRatio)) == sizes);
+  // After the slower layers went float, each int8 layer left was timed
+  // alone at every size: any win at both ends stands for 2 and 4.
+  const auto ends = compare({{1, {10, 9}}, {8, {80, 72}}}, sizes, 1.0);
+  CHECK(measured(ends) == V{1, 8});
+  REQUIRE(ends.size() == 4);
+  for (size_t i : {1, 2}) {
+    CHECK(ends[i].batch_size == sizes[i]);
+    CHECK(ends[i].inferred_from == 1);
+    CHECK(ends[i].inferred_to == 8);
+  }
+  // A loss at the largest: every size is measured, the crossover found.
+  std::map<int64_t, Times> loss = close;
+  loss[8] = {80, 88};
+  const auto mixed = compare(loss, sizes, 1.0);
+  CHECK(measured(mixed) == sizes);
+  CHECK(mixed.back().int8_ms > mixed.back().fp32_ms);
+  // Slower from batch 2 on, faster again at 8: up to the first loss, then
+  // from the largest down to the next loss (the crossover), or, without
+  // `crossover`, up to the first loss only.
+  const std::map<int64_t, Times> dip{{1, {10, 9}}, {2, {20, 22}}, {4, {40, 44}}, {8, {80, 60}}};
+  const double planned = tq::libtorch::kInferRatio;
+  CHECK(measured(compare(dip, sizes, planned)) == V{1, 2, 4, 8});
+  CHECK(measured(compare(dip, sizes, planned, /*crossover=*/false)) == V{1, 2});
+  // A clear 2x win at both ends stands for the sizes between in any stage.
+  const auto clear = compare({{1, {10, 4}}, {8, {80, 30}}}, sizes, tq::libtorch::kInferRatio);
+  CHECK(measured(clear) == V{1, 8});
+}
