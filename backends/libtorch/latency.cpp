@@ -66,10 +66,12 @@ struct Timed {
 // calls so long that only 3 fit (a model at batch 32) are what the short
 // look already measured, each round one call whose timer noise is small
 // against its length.
+// `first`: ab_medians_ms's, for the short look.
 template <class FA, class FB>
-Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms) {
+Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms,
+           const std::pair<Round, Round>* first = nullptr) {
   Timed t;
-  std::tie(t.fp32, t.int8) = ab_medians_ms(a, b, 3, 15, warm, &t.contended);
+  std::tie(t.fp32, t.int8) = ab_medians_ms(a, b, 3, 15, warm, &t.contended, first);
   if (!(t.int8 > 0.75 * t.fp32 && t.int8 < 1.33 * t.fp32)) return t;
   const double call_ms = std::max({t.fp32, t.int8, 1e-6});
   const int reps = static_cast<int>(std::clamp(full_budget_ms / call_ms, 3.0, double(full_reps)));
@@ -129,7 +131,8 @@ namespace {
 // Float vs int8 model at one batch size: two warm-up calls each (the
 // profiling executor profiles the first call and compiles its plan on the
 // second), then one timed call each: for calls of 10 ms or more a 2x
-// difference is beyond the machine's noise; closer calls get medians.
+// difference is beyond the machine's noise; closer calls get medians, of
+// which that timed pair is the first.
 Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
                      const std::vector<at::Tensor>& sample, int64_t bs) {
   std::vector<c10::IValue> in;
@@ -146,7 +149,8 @@ Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
   run_q();
   const Round tf = time_round(run_f), tq = time_round(run_q);
   if (decisive(tf, tq, kDecisiveMs)) return {tf.ms, tq.ms, false};
-  return look(run_f, run_q, /*warm=*/false, 7, 300);
+  const std::pair<Round, Round> warm_pair{tf, tq};  // the look's first call
+  return look(run_f, run_q, /*warm=*/false, 7, 300, &warm_pair);
 }
 
 // A win at the smallest and at the largest size by `ends_ratio` (int8 at

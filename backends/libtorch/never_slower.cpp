@@ -197,12 +197,9 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
       s.reasons[name] = reason;
     }
     s.steps->step("latency check");
-    if (!any_int8_left(ctx, s) || layers.slower.empty()) {
+    if (!any_int8_left(ctx, s) || layers.slower.empty())
       planned = with_crossover(ctx, s, q, sizes, planned);
-      record_check(ctx, planned, "planned", speed);
-    } else {
-      record_check(ctx, planned, "planned", speed);
-    }
+    record_check(ctx, planned, "planned", speed);
     ModelCheck last = planned;
     if (!any_int8_left(ctx, s)) {
       ctx.warn(

@@ -64,9 +64,12 @@ InterleavedTimes interleaved_times(
 // the second); a slow pair with a 2x gap after one call each stops there.
 // Contended repeats are dropped and run again (at most 2 * reps more);
 // `contended` (if given) is set when fewer than half of `reps` were clean.
+// `first` (with warm false): a pair of warm calls the caller just timed,
+// which stands for the first timed call (and counts as a repeat as it does).
 std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
                                         const std::function<void()>& b, int reps, double budget_ms,
-                                        bool warm = true, bool* contended = nullptr);
+                                        bool warm = true, bool* contended = nullptr,
+                                        const std::pair<Round, Round>* first = nullptr);
 
 // How many measurements of this process ended contended (after their
 // retries): the never-slower check's warning reads it.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -106,4 +107,27 @@ TEST_CASE("latency: rounds that lack the CPU are retried, then the figure is fla
   (void)tq::ab_medians_ms(sleeper, sleeper, 2, 10, /*warm=*/false, &flagged);
   CHECK(flagged);
   CHECK(tq::contended_measurements() == before + 2);
+}
+
+TEST_CASE("latency: the run delay's files follow the threads that come and go", "[latency]") {
+  namespace fs = std::filesystem;
+  auto open_files = [] {
+    return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator{});
+  };
+  (void)tq::time_round([] {});  // this thread's file opened
+  const auto before = open_files();
+  for (int i = 0; i < 20; ++i) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> ts;
+    for (int k = 0; k < 4; ++k)
+      ts.emplace_back([&] {
+        while (!stop) std::this_thread::yield();
+      });
+    const tq::Round r = tq::time_round([] {});
+    stop = true;
+    for (auto& t : ts) t.join();
+    CHECK(r.round_ms >= 0);
+  }
+  (void)tq::time_round([] {});  // the files of the threads gone are closed
+  CHECK(open_files() <= before);
 }
