@@ -17,15 +17,12 @@
 #include "taoquant/jit.h"
 #include "taoquant/latency.h"
 #include "taoquant/model.h"
+#include "taoquant/steps.h"
 #include "taoquant/timing_cache.h"
 
 namespace tq::libtorch {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 // Batch sizes in ascending order: which to measure, which to infer, and
 // when to stop (the first batch size where int8 is slower decides).

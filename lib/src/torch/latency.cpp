@@ -88,10 +88,13 @@ class RunDelay {
                      O_RDONLY | O_CLOEXEC);
       if (it != fds_.end()) fds_.erase(it);
       if (fd < 0) continue;
-      live[e->d_name] = fd;
       char buf[128];
       const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-      if (n <= 0) continue;
+      if (n <= 0) {  // a thread gone whose id came back: open the new one next time
+        close(fd);
+        continue;
+      }
+      live[e->d_name] = fd;
       buf[n] = 0;
       char* end = nullptr;
       std::strtod(buf, &end);  // the time it ran
