@@ -24,7 +24,7 @@ struct LatencyPair {
   // > 0: not measured; int8 was at most kInferRatio of fp32 at this smaller
   // batch, and fp32_ms is the estimate that made measuring too costly.
   int64_t inferred_from = 0;
-  // > 0: not measured either; int8 was at most kInferRatio of fp32 at both
+  // > 0: not measured either; int8 was at most the check's ends ratio of fp32 at both
   // inferred_from and this larger batch, which stand for the sizes between.
   int64_t inferred_to = 0;
   // Other processes took the CPUs while it was measured, even after retries
@@ -37,12 +37,18 @@ struct LatencyPair {
 // batch would take more than kInferAboveMs.
 constexpr double kInferRatio = 0.5;
 constexpr double kInferAboveMs = 100;
+// A win by 1.5x (int8 at most this fraction of fp32's time) measured at the
+// smallest and at the largest size stands for the sizes between: a size
+// between would have to run a third slower than both ends. The zoo's
+// speed-ups (docs/benchmarks.md) are at most 6.3% below the lower end's
+// between the ends.
+constexpr double kBetweenRatio = 2.0 / 3.0;
 // A single timed call of at least this length decides a 2x difference.
 constexpr double kDecisiveMs = 10;
 
 // Float model vs int8 model on `sample` resized to each batch size. First
 // the smallest and the largest: when int8 takes at most `ends_ratio` of
-// fp32's time at both, the sizes between are inferred (kInferRatio: the
+// fp32's time at both, the sizes between are inferred (kBetweenRatio: the
 // speed-up moves smoothly with the batch size; 1.0, any win, only where
 // every int8 layer was timed alone at each size between and is not slower
 // there). Else in ascending order up to the first where int8 is slower,
@@ -53,7 +59,7 @@ constexpr double kDecisiveMs = 10;
 std::vector<LatencyPair> compare_model_latency(
     const torch::jit::Module& fp32, const torch::jit::Module& int8,
     const std::vector<at::Tensor>& sample, std::vector<int64_t> batch_sizes, TimingCache* cache,
-    const std::string& key, double ends_ratio = kInferRatio, bool crossover = true);
+    const std::string& key, double ends_ratio = kBetweenRatio, bool crossover = true);
 
 // The timing-cache key of the float model with `table`'s int8 layers: a
 // hash of its graph and parameter shapes and the sample's shapes, and one of

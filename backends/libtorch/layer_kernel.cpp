@@ -48,11 +48,17 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
   if (!op) throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
   at::Tensor w = layer.attr("weight").toTensor().detach();
   c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
+  // Symmetric int8 along dim 0, as LibTorch's quantize_per_channel stores it.
+  QParams sym = wq;
+  sym.dtype = DType::kInt8;
+  sym.axis = 0;
+  sym.zero_point.assign(sym.scale.size(), 0);
+  const at::Tensor codes = quantize_codes(w, sym);
   auto scales = torch::tensor(wq.scale, torch::kDouble);
   at::Tensor qw = wq.per_channel
-                      ? at::quantize_per_channel(
-                            w, scales, torch::zeros({scales.numel()}, torch::kLong), 0, c10::kQInt8)
-                      : at::quantize_per_tensor(w, wq.scale[0], 0, c10::kQInt8);
+                      ? at::_make_per_channel_quantized_tensor(
+                            codes, scales, torch::zeros({scales.numel()}, torch::kLong), 0)
+                      : at::_make_per_tensor_quantized_tensor(codes, wq.scale[0], 0);
   std::string key = "layer/" + std::string(to_string(kind)) + "/w=" + shape_text(w, 0) +
                     (bias.isTensor() ? "/bias" : "") +
                     (wq.per_channel ? "/per_channel" : "/per_tensor");

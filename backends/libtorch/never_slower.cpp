@@ -103,7 +103,7 @@ struct ModelCheck {
 // (compare_model_latency with `crossover` and `ends_ratio`).
 ModelCheck check_model(QuantizeContext& ctx, const StaticSession& s, const Module& q,
                        const std::vector<int64_t>& sizes, bool crossover,
-                       double ends_ratio = kInferRatio) {
+                       double ends_ratio = kBetweenRatio) {
   ModelCheck m;
   m.cmp = compare_model_latency(ctx.model, q, s.holdout, sizes, ctx.timing_cache,
                                 model_timing_key(ctx, *s.table, s.holdout), ends_ratio, crossover);
@@ -219,7 +219,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
       // (latency.h); a layer that could not be timed alone is not vouched
       // for.
       last = check_model(ctx, s, q, sizes, /*crossover=*/true,
-                         layers.untimed.empty() ? 1.0 : kInferRatio);
+                         layers.untimed.empty() ? 1.0 : kBetweenRatio);
       record_check(ctx, last, "without slower layers", speed);
     }
     if (!last.slower.empty()) {

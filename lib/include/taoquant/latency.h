@@ -66,10 +66,13 @@ InterleavedTimes interleaved_times(
 // `contended` (if given) is set when fewer than half of `reps` were clean.
 // `first` (with warm false): a pair of warm calls the caller just timed,
 // which stands for the first timed call (and counts as a repeat as it does).
+// `apart` (if given) is set when at least two repeats of each were clean and
+// every clean repeat of one was faster than every clean repeat of the other.
 std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
                                         const std::function<void()>& b, int reps, double budget_ms,
                                         bool warm = true, bool* contended = nullptr,
-                                        const std::pair<Round, Round>* first = nullptr);
+                                        const std::pair<Round, Round>* first = nullptr,
+                                        bool* apart = nullptr);
 
 // How many measurements of this process ended contended (after their
 // retries): the never-slower check's warning reads it.

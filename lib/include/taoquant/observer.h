@@ -78,6 +78,13 @@ class ObserverRegistry : public Registry<ObserverInfo> {
 // reduce_range halves it).
 void quant_range(DType dtype, bool reduce_range, int& qmin, int& qmax);
 
+// `x` in the integer codes of `q` (uint8 for DType::kUInt8, else int8; per
+// channel along q.axis), the values at::quantize_per_tensor / per_channel
+// store (their int_repr): zero_point + round-half-even(x * (1 / scale)) in
+// float32, clamped to the type's range. LibTorch 1.13 (without FBGEMM) runs
+// that as a scalar loop; this one runs the channels in parallel.
+at::Tensor quantize_codes(const at::Tensor& x, const QParams& q);
+
 // qparams from a range, bit-identical to PyTorch's
 // ObserverBase._calculate_qparams (float32 arithmetic).
 QParams qparams_from_range(const std::vector<float>& min_vals, const std::vector<float>& max_vals,

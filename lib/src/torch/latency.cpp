@@ -191,7 +191,8 @@ InterleavedTimes interleaved_times(const std::vector<std::function<void()>>& fns
 std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
                                         const std::function<void()>& b, int reps, double budget_ms,
                                         bool warm, bool* contended,
-                                        const std::pair<Round, Round>* first) {
+                                        const std::pair<Round, Round>* first, bool* apart) {
+  if (apart) *apart = false;
   double ta = 0, tb = 0;
   if (warm) {
     const Round wa = time_round(a), wb = time_round(b);
@@ -240,6 +241,11 @@ std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
   if (unclean) {
     note_contended_measurement();
     return {median(all_a), median(all_b)};
+  }
+  if (apart && ra.size() >= 2) {
+    const auto [a_lo, a_hi] = std::minmax_element(ra.begin(), ra.end());
+    const auto [b_lo, b_hi] = std::minmax_element(rb.begin(), rb.end());
+    *apart = *a_hi < *b_lo || *b_hi < *a_lo;
   }
   return {median(ra), median(rb)};
 }

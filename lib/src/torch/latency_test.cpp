@@ -131,3 +131,28 @@ TEST_CASE("latency: the run delay's files follow the threads that come and go", 
   (void)tq::time_round([] {});  // the files of the threads gone are closed
   CHECK(open_files() <= before);
 }
+
+TEST_CASE("latency: two calls apart beyond their rounds' spread are told apart", "[latency]") {
+  // Busy loops (CPU time equal to wall time) of 1 and 4 ms: every clean
+  // round of the short one is faster than every clean round of the long one.
+  auto spin = [](double ms) {
+    return [ms] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(long(ms * 1e3));
+      while (std::chrono::steady_clock::now() < end) {
+      }
+    };
+  };
+  bool contended = false, apart = false;
+  const auto [a, b] =
+      tq::ab_medians_ms(spin(1), spin(4), 3, 30, /*warm=*/false, &contended, nullptr, &apart);
+  if (!contended) {  // on a busy machine the rounds may stay disturbed: nothing to tell
+    CHECK(a < b);
+    CHECK(apart);
+  }
+  // Rounds that stay disturbed tell nothing apart, whatever their times.
+  auto sleeper = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
+  apart = true;
+  (void)tq::ab_medians_ms(sleeper, spin(4), 2, 10, /*warm=*/false, &contended, nullptr, &apart);
+  CHECK(contended);
+  CHECK_FALSE(apart);
+}

@@ -231,17 +231,7 @@ void set_qparams(QuantTensor& t, const QParams& q) {
 // A weight's codes as LibTorch's quantize_per_tensor / per_channel store them.
 QuantTensor quantized_constant(const std::string& name, const std::string& layer,
                                const at::Tensor& w, const QParams& q) {
-  const at::Tensor wf = w.detach().to(at::kFloat).contiguous();
-  const auto dt = q.dtype == DType::kUInt8 ? at::kQUInt8 : at::kQInt8;
-  at::Tensor codes;
-  if (q.per_channel) {
-    auto s = at::tensor(q.scale, at::kDouble);
-    auto z = at::tensor(std::vector<int64_t>(q.zero_point.begin(), q.zero_point.end()), at::kLong);
-    codes = at::quantize_per_channel(wf, s, z, q.axis, dt).int_repr();
-  } else {
-    codes = at::quantize_per_tensor(wf, q.scale.at(0), q.zero_point.at(0), dt).int_repr();
-  }
-  codes = codes.contiguous();
+  const at::Tensor codes = quantize_codes(w, q);
   QuantTensor t;
   t.role = QuantTensor::Role::kWeight;
   t.name = name;

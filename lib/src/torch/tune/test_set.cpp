@@ -6,6 +6,7 @@
 #include <torch/script.h>
 
 #include "../evaluate/eval_impl.h"
+#include "taoquant/calibration.h"
 #include "taoquant/interrupt.h"
 #include "taoquant/model.h"
 
@@ -32,6 +33,7 @@ at::Tensor model_outputs(torch::jit::Module m, const std::string& path,
                          const std::vector<std::vector<at::Tensor>>& batches) {
   m.eval();
   torch::NoGradGuard no_grad;
+  NoGraphOptimization no_opt;  // a few calls: compile time would dominate
   std::vector<at::Tensor> outs;
   for (const auto& b : batches) {
     throw_if_interrupted();
