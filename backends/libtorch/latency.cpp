@@ -144,7 +144,9 @@ namespace {
 // second), then one timed call each: for calls of 10 ms or more a 2x
 // difference is beyond the machine's noise; closer calls get medians, of
 // which that timed pair is the first. `compiled`: both already ran at
-// another size, so the second call here runs the compiled plan (within 8%
+// another size (the profiling executor profiled them there, and compiles on
+// the next call at the latest), so the second call here runs the compiled
+// plan (within 8%
 // of the steady call, docs/benchmarks.md) and is timed: for calls of
 // kInferAboveMs or more, int8 slower by what the short look would call
 // clear (a third) decides there (EfficientNet-B0's batch-32 pair: 4 calls
@@ -230,7 +232,7 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
   std::sort(batch_sizes.begin(), batch_sizes.end());
   batch_sizes.erase(std::unique(batch_sizes.begin(), batch_sizes.end()), batch_sizes.end());
   std::map<int64_t, LatencyPair> measured;
-  bool compiled = false;  // both modules ran twice or more at some size
+  bool compiled = false;  // both modules ran at another size
   auto measure = [&](int64_t bs) {
     auto it = measured.find(bs);
     if (it != measured.end()) return it->second;

@@ -18,18 +18,22 @@ template <class T>
 void quantize_blocks(const float* src, T* dst, const QParams& q, int64_t blocks, int64_t channels,
                      int64_t inner) {
   constexpr int64_t lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
-  at::parallel_for(0, blocks, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, inner)),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t b = begin; b < end; ++b) {
-                       const auto c = static_cast<size_t>(b % channels);
-                       const float inv = 1.0f / q.scale[c];
-                       const int64_t zp = q.zero_point[c];
-                       for (int64_t i = b * inner, e = i + inner; i < e; ++i) {
-                         const auto v = static_cast<int64_t>(zp + std::nearbyint(src[i] * inv));
-                         dst[i] = static_cast<T>(std::clamp(v, lo, hi));
-                       }
-                     }
-                   });
+  at::parallel_for(
+      0, blocks, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, inner)),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const auto c = static_cast<size_t>(b % channels);
+          const float inv = 1.0f / q.scale[c];
+          const int64_t zp = q.zero_point[c];
+          for (int64_t i = b * inner, e = i + inner; i < e; ++i) {
+            // zp + round(x / scale) in float32, as LibTorch; clamped
+            // before the cast, so a NaN or an infinity (an undefined
+            // cast there; the lowest code on x86) is a code too.
+            const float r = static_cast<float>(zp) + std::nearbyint(src[i] * inv);
+            dst[i] = static_cast<T>(!(r > lo) ? lo : r >= hi ? hi : static_cast<int64_t>(r));
+          }
+        }
+      });
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <torch/script.h>
 
+#include <limits>
+
 #include <catch2/catch.hpp>
 
 #include "taoquant/observer.h"
@@ -75,6 +77,19 @@ TEST_CASE("quantize_codes: ties, clamping, another axis, zero points", "[quantiz
   for (size_t i = 0; i < c.zero_point.size(); ++i) c.zero_point[i] = static_cast<int32_t>(100 + i);
   check_same(w, c);
   check_same(w, per_channel(w, 3));
+  // A value that is not finite is a code at an end of the range, never an
+  // undefined cast (LibTorch's own cast is undefined there).
+  tq::QParams n;
+  n.scale = {0.1f};
+  n.zero_point = {0};
+  n.dtype = tq::DType::kInt8;
+  const float inf = std::numeric_limits<float>::infinity();
+  const at::Tensor odd = tq::quantize_codes(
+      at::tensor({std::numeric_limits<float>::quiet_NaN(), inf, -inf, 1e30f}), n);
+  CHECK(odd[0].item<int>() == -128);
+  CHECK(odd[1].item<int>() == 127);
+  CHECK(odd[2].item<int>() == -128);
+  CHECK(odd[3].item<int>() == 127);
   // A channel count that does not match its scales is an error, not a read
   // past the end.
   tq::QParams bad = per_channel(w, 0);
