@@ -4,11 +4,16 @@
 // about a millisecond.
 //
 // What it sets, each only when the user has not set it:
-//   GLIBC_TUNABLES += glibc.malloc.hugetlb=1   transparent huge pages for the
-//       heap. LibTorch's start-up alone touches ~17,000 pages, and each
-//       forward pass allocates activation buffers afresh; with 4 KiB pages a
-//       ResNet-18 quantize took ~200,000 page faults (about 1 s of a 6 s run
-//       on a 2-core VM). Only glibc reads this, and only at process start.
+//   GLIBC_TUNABLES += glibc.malloc.hugetlb=1, only with TQ_HUGEPAGES=1:
+//       transparent huge pages for the heap. On a VM whose memory has been
+//       touched before, it saves page faults (a ResNet-18 quantize: ~110,000
+//       -> ~8,000; 25-35% faster on the first development VM). On a VM whose
+//       host takes free memory back (virtio-balloon free page reporting, as
+//       on Firecracker), a huge page is memory the host must fault in again:
+//       there a ResNet-50 quantize used 11.1-14.3 s of CPU with it against
+//       10.8-11.8 s without, and a ResNet-18 one 11.2 s once against 4.5-4.8
+//       (docs/benchmarks.md). Off by default: 4 KiB pages cost the same on
+//       every machine.
 //   OPENBLAS_NUM_THREADS=1   LibTorch's intra-op threads are OpenMP's, and
 //       each of them calls OpenBLAS for float convolutions and matmuls;
 //       Debian's OpenBLAS (pthread build) starts a pool of its own on the
@@ -17,8 +22,7 @@
 //       ResNet-50 quantize took 6.3 s instead of 8.1, the Fashion-MNIST CNN
 //       1.29 s instead of 1.49 (medians of 4, interleaved; benchmarks.md).
 //       OpenBLAS reads it when it loads, before main.
-// TQ_HUGEPAGES=0 leaves the allocator as it is. TQ_LAUNCHER names this
-// launcher, so that `tao-quant batch` starts its jobs the same way.
+// TQ_LAUNCHER names this launcher, so that `tao-quant batch` starts its jobs the same way.
 #include <unistd.h>
 
 #include <cerrno>
@@ -48,7 +52,7 @@ void add_tunable(const char* setting, const char* key) {
 int main(int argc, char** argv) {
   (void)argc;
   const char* hp = std::getenv("TQ_HUGEPAGES");
-  if (!hp || std::strcmp(hp, "0") != 0)
+  if (hp && std::strcmp(hp, "1") == 0)
     add_tunable("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb");
   ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/0);
   const std::string self = self_exe();

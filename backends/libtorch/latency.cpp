@@ -329,7 +329,7 @@ LayerTimings time_int8_layers(const QuantizeContext& ctx, const torch::jit::Modu
   const auto start = std::chrono::steady_clock::now();
   auto time = [&](const Int8Layer& l) {
     std::string why =
-        time_layer(l.float_layer, l.kernel, l.input, l.x, batch_sizes, ctx.timing_cache);
+        time_layer(l.float_layer, l.kernel(), l.input, l.x, batch_sizes, ctx.timing_cache);
     if (!why.empty()) out.slower.emplace_back(l.name, why);
   };
   // One that cannot be timed alone is left to the model-level check.

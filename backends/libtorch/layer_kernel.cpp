@@ -3,6 +3,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/script.h>
 
+#include <optional>
+
 #include <spdlog/spdlog.h>
 
 #include "latency.h"
@@ -43,9 +45,41 @@ std::vector<c10::IValue> call_op(const char* name, const char* overload,
   return stack;
 }
 
+namespace {
+
+// A convolution's geometry, as its prepack takes it.
+struct ConvGeometry {
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;
+};
+
+ConvGeometry conv_geometry(const torch::jit::Module& layer) {
+  auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
+       dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
+  if (!stride.isTuple() && !stride.isIntList()) throw Untimed("stride is not a list of ints");
+  if (!padding.isTuple() && !padding.isIntList())
+    throw Untimed("padding is not a list of ints ('same'/'valid')");
+  return {int_list(stride), int_list(padding), int_list(dilation), groups.toInt()};
+}
+
+}  // namespace
+
+std::string kernel_key(const torch::jit::Module& layer, LayerKind kind, const QParams& wq) {
+  if (!jit::quantized_op(kind))
+    throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
+  const at::Tensor w = layer.attr("weight").toTensor();
+  std::string key = "layer/" + std::string(to_string(kind)) + "/w=" + shape_text(w, 0) +
+                    (layer.hasattr("bias") && layer.attr("bias").isTensor() ? "/bias" : "") +
+                    (wq.per_channel ? "/per_channel" : "/per_tensor");
+  if (kind == LayerKind::kLinear) return key;
+  const ConvGeometry g = conv_geometry(layer);
+  return key + "/s=" + ints_text(g.stride) + "/p=" + ints_text(g.padding) +
+         "/d=" + ints_text(g.dilation) + "/g=" + std::to_string(g.groups);
+}
+
 LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq) {
-  auto op = jit::quantized_op(kind);
-  if (!op) throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
+  std::string key = kernel_key(layer, kind, wq);
+  const auto op = jit::quantized_op(kind);
   at::Tensor w = layer.attr("weight").toTensor().detach();
   c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
   // Symmetric int8 along dim 0, as LibTorch's quantize_per_channel stores it.
@@ -59,23 +93,12 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
                       ? at::_make_per_channel_quantized_tensor(
                             codes, scales, torch::zeros({scales.numel()}, torch::kLong), 0)
                       : at::_make_per_tensor_quantized_tensor(codes, wq.scale[0], 0);
-  std::string key = "layer/" + std::string(to_string(kind)) + "/w=" + shape_text(w, 0) +
-                    (bias.isTensor() ? "/bias" : "") +
-                    (wq.per_channel ? "/per_channel" : "/per_tensor");
   if (kind == LayerKind::kLinear)
-    return {*op, call_op(op->prepack, "", {qw, bias}).at(0), kind, key};
-  auto stride = type_constant(layer, "stride"), padding = type_constant(layer, "padding"),
-       dilation = type_constant(layer, "dilation"), groups = type_constant(layer, "groups");
-  if (!stride.isTuple() && !stride.isIntList()) throw Untimed("stride is not a list of ints");
-  if (!padding.isTuple() && !padding.isIntList())
-    throw Untimed("padding is not a list of ints ('same'/'valid')");
+    return {*op, call_op(op->prepack, "", {qw, bias}).at(0), kind, std::move(key)};
+  const ConvGeometry g = conv_geometry(layer);
   auto packed =
-      call_op(op->prepack, "",
-              {qw, bias, int_list(stride), int_list(padding), int_list(dilation), groups.toInt()})
-          .at(0);
-  key += "/s=" + ints_text(int_list(stride)) + "/p=" + ints_text(int_list(padding)) +
-         "/d=" + ints_text(int_list(dilation)) + "/g=" + std::to_string(groups.toInt());
-  return {*op, packed, kind, key};
+      call_op(op->prepack, "", {qw, bias, g.stride, g.padding, g.dilation, g.groups}).at(0);
+  return {*op, packed, kind, std::move(key)};
 }
 
 at::Tensor quantize_input(const at::Tensor& x, const QParams& aq) {
@@ -116,8 +139,14 @@ void for_each_int8_layer(const Plan& plan, const torch::jit::Module& folded,
       const ObserverSlot* as = oi == input_observers.end() ? nullptr : table.find_path(oi->second);
       if (!as) throw Untimed("no observer found for its input");
       const auto layer = find_submodule(folded, lp.info.name);
-      const LayerKernel k = pack_layer(layer, lp.info.kind, table.qparams(ws->id));
-      fn({lp.info.name, layer, k, table.qparams(as->id), xi->second});
+      const QParams wq = table.qparams(ws->id);
+      const std::string key = kernel_key(layer, lp.info.kind, wq);
+      std::optional<LayerKernel> packed;
+      auto kernel = [&]() -> const LayerKernel& {
+        if (!packed) packed = pack_layer(layer, lp.info.kind, wq);
+        return *packed;
+      };
+      fn({lp.info.name, layer, key, table.qparams(as->id), xi->second, kernel});
     } catch (const std::exception& e) {
       spdlog::info("static_ptq: layer {} not run alone: {}", lp.info.name, e.what());
       if (skipped) skipped->emplace_back(lp.info.name, e.what());

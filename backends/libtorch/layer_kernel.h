@@ -35,6 +35,11 @@ struct Untimed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a layer's int8 kernel is chosen by: op, weight shape and
+// granularity, bias, conv geometry (LayerKernel::key), without packing it;
+// throws Untimed when the layer has no kernel to run alone.
+std::string kernel_key(const torch::jit::Module& layer, LayerKind kind, const QParams& wq);
+
 // Packs a layer's weight for its int8 kernel (a fresh packed object each
 // call, as a fresh load of the artifact makes); throws Untimed with the
 // reason when it cannot.
@@ -56,9 +61,12 @@ at::Tensor resize_quantized_batch(const at::Tensor& xq, int64_t bs);
 struct Int8Layer {
   const std::string& name;
   const torch::jit::Module& float_layer;  // in the folded float model
-  const LayerKernel& kernel;              // freshly packed
+  const std::string& key;                 // kernel_key
   const QParams& input;                   // its input's qparams
   const at::Tensor& x;                    // its held-out float input
+  // Its kernel, freshly packed on the first call (packing quantizes the
+  // weight: a caller that only needs the key pays nothing for it).
+  const std::function<const LayerKernel&()>& kernel;
 };
 
 // Calls `fn` on each int8 layer of `plan` (a weight observer in `table`)

@@ -122,7 +122,7 @@ def main():
     ap.add_argument("--batches", default="1,8,32", help="latency batch sizes")
     ap.add_argument("--jit-hugepages", action="store_true",
                     help="also time quantize_jit with GLIBC_TUNABLES=glibc.malloc.hugetlb=1, the heap "
-                         "setting the tao-quant launcher uses")
+                         "setting the tao-quant launcher uses with TQ_HUGEPAGES=1")
     ap.add_argument("--md")
     ap.add_argument("--json")
     a = ap.parse_args()

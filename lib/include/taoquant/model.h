@@ -19,6 +19,9 @@ namespace tq {
 // Loads a TorchScript archive on the CPU. A missing, truncated or
 // non-TorchScript file is a RuntimeError (exit code 1) naming the file and
 // the spec key it came from; `verbose` keeps LibTorch's full message.
+// The first call also sets OpenBLAS to one thread per caller unless
+// OPENBLAS_NUM_THREADS is set, as the CLI's launcher does: a library user
+// gets the CLI's bytes.
 torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bool verbose = false);
 
 // The quantizable layers (Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d), in

@@ -1,10 +1,12 @@
 #include "taoquant/model.h"
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -45,9 +47,28 @@ constexpr KindName kKinds[] = {
     {"ConvTranspose3d", LayerKind::kConvTranspose3d, 5},
 };
 
+// One OpenBLAS thread per caller, as the launcher sets it (launcher.cpp)
+// unless OPENBLAS_NUM_THREADS is set: LibTorch's OpenMP threads each call
+// BLAS, and a pool of OpenBLAS's own would split one float matmul another
+// way, so that a program calling the library and the CLI computed
+// different low bits from the same inputs (its ZEN kernels, at 2 threads:
+// the Fashion-MNIST CNN's bias correction and SQNR, and so the artifact's
+// bytes). Looked up at run time: LibTorch reaches BLAS through libblas.so.3,
+// which need not be OpenBLAS.
+void one_blas_thread_per_caller() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("OPENBLAS_NUM_THREADS")) return;
+    using SetThreads = void (*)(int);
+    if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+      set(1);
+  });
+}
+
 }  // namespace
 
 torch::jit::Module load_model(const std::string& path, const SourceLoc& from, bool verbose) {
+  one_blas_thread_per_caller();
   std::string origin = from.file.empty() ? "" : " (from " + from.str() + ")";
   if (path.empty()) throw RuntimeError("no model path given" + origin);
   // Only a regular file: a FIFO would block the read below until a writer comes.
