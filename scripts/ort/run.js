@@ -5,11 +5,13 @@
 //
 // Usage: node scripts/ort/run.js MODEL.onnx --input a.npy [--input b.npy]
 //          [--output-dir DIR] [--optimized OPT.onnx] [--batch N]
-//          [--time ITERS] [--threads N]
+//          [--time ITERS] [--threads N] [--no-optimize]
 //   --output-dir   writes output_<k>.npy there (one per model output)
 //   --optimized    writes the graph ORT optimized (the kernels that run)
 //   --batch N      runs the inputs in batches of N and concatenates
 //   --time ITERS   also times ITERS runs of the first batch (JSON on stdout)
+//   --no-optimize  runs the graph as written (graph optimizations off): each
+//                  Q/DQ pair in float, ONNX's own semantics, no int8 kernel
 // Prints a JSON line: {"outputs": [[shape]...], "ms": median-or-null}.
 'use strict';
 const fs = require('fs');
@@ -88,12 +90,14 @@ async function main() {
     else if (a === '--batch') opt.batch = Number(args[++i]);
     else if (a === '--time') opt.time = Number(args[++i]);
     else if (a === '--threads') opt.threads = Number(args[++i]);
+    else if (a === '--no-optimize') opt.noOptimize = true;
     else if (!opt.model) opt.model = a;
     else { console.error('run.js: unexpected argument ' + a); process.exit(2); }
   }
   if (!opt.model || !opt.inputs.length) { console.error('run.js: MODEL and --input are required'); process.exit(2); }
   const so = {};
   if (opt.optimized) so.optimizedModelFilePath = opt.optimized;
+  if (opt.noOptimize) so.graphOptimizationLevel = 'disabled';
   if (opt.threads) { so.intraOpNumThreads = opt.threads; so.interOpNumThreads = 1; }
   const session = await ort.InferenceSession.create(opt.model, so);
   const xs = opt.inputs.map(readNpy);

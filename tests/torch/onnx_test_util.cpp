@@ -77,7 +77,7 @@ at::Tensor read_npy(const std::string& path) {
 }
 
 std::vector<at::Tensor> ort_run(const std::string& model, const std::vector<at::Tensor>& inputs,
-                                int64_t batch, const std::string& optimized) {
+                                int64_t batch, const std::string& optimized, bool as_written) {
   const std::string dir = tqtest_data::temp_dir("ort");
   std::string cmd = "node " + runner() + " " + model + " --output-dir " + dir;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -87,6 +87,7 @@ std::vector<at::Tensor> ort_run(const std::string& model, const std::vector<at::
   }
   if (batch > 0) cmd += " --batch " + std::to_string(batch);
   if (!optimized.empty()) cmd += " --optimized " + optimized;
+  if (as_written) cmd += " --no-optimize";
   const auto r = tqtest_data::run_cmd(cmd);
   INFO(cmd << "\n" << r.out);
   REQUIRE(r.status == 0);

@@ -19,10 +19,14 @@ void write_npy(const std::string& path, const at::Tensor& t);  // float32, int64
 at::Tensor read_npy(const std::string& path);                  // float32, int64
 
 // Runs `model` in ONNX Runtime on `inputs` (in batches of `batch`; 0: all
-// at once); `optimized`: where ORT writes the graph it runs. FAILs the
+// at once); `optimized`: where ORT writes the graph it runs. `as_written`:
+// graph optimizations off, so each Q/DQ pair runs in float as ONNX defines
+// it (no fused int8 kernel: ONNX Runtime's u8s8 kernels on x86 CPUs without
+// VNNI sum pairs of products in saturating int16, docs/deploy.md). FAILs the
 // test when the runner fails.
 std::vector<at::Tensor> ort_run(const std::string& model, const std::vector<at::Tensor>& inputs,
-                                int64_t batch = 0, const std::string& optimized = "");
+                                int64_t batch = 0, const std::string& optimized = "",
+                                bool as_written = false);
 
 // An ONNX file read with ONNX's own protobuf types (REQUIREs that it parses).
 onnx::ModelProto read_model(const std::string& path);
