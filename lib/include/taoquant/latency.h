@@ -58,6 +58,10 @@ InterleavedTimes interleaved_times(
     const std::vector<std::function<void()>>& fns, int warmup, int iters,
     const std::function<void(size_t done, size_t total)>& progress = {});
 
+// A call this long (ms) is a repeat of its own: ab_medians_ms takes at most
+// two of them, one warm-up call before them where a faster call takes two.
+constexpr double kSlowCallMs = 250;
+
 // Medians (ms per call) of A and B over `reps` interleaved repeats, each of
 // as many calls as fit in about budget_ms / reps. `warm`: warm-up calls first
 // (the profiling executor profiles the first call and compiles its plan on

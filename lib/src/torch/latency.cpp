@@ -204,7 +204,7 @@ std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
         !wb.contended())
       return {ta, tb};
     // A slow run dwarfs the compile time: one warm-up call is enough.
-    if (std::max(ta, tb) <= 250) {
+    if (std::max(ta, tb) <= kSlowCallMs) {
       a();
       b();
     }
@@ -216,11 +216,11 @@ std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
   std::vector<double> ra, rb, all_a, all_b;
   // Slow runs (large models, large batches) are stable: two repeats in all
   // keep the check to seconds.
-  if (std::max(ta, tb) > 250) reps = std::min(reps, 2);
+  if (std::max(ta, tb) > kSlowCallMs) reps = std::min(reps, 2);
   const int ia = std::clamp(static_cast<int>(budget_ms / reps / ta), 1, 200);
   const int ib = std::clamp(static_cast<int>(budget_ms / reps / tb), 1, 200);
   // A repeat of one call each is what that first call was: it counts.
-  if (std::max(ta, tb) > 250 || (ia == 1 && ib == 1)) {
+  if (std::max(ta, tb) > kSlowCallMs || (ia == 1 && ib == 1)) {
     all_a.push_back(ta);
     all_b.push_back(tb);
     if (!ra0.contended() && !rb0.contended()) {
