@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <map>
 #include <optional>
-#include <tuple>
 
 #include <spdlog/spdlog.h>
 
@@ -80,15 +79,15 @@ bool apart_by_a_tenth(double fp32_ms, double int8_ms, bool apart) {
 template <class FA, class FB>
 Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms,
            const std::pair<Round, Round>* first = nullptr) {
-  Timed t;
-  bool apart = false;
-  std::tie(t.fp32, t.int8) = ab_medians_ms(a, b, 3, 15, warm, &t.contended, first, &apart);
-  if (clear_difference(t.fp32, t.int8) || apart_by_a_tenth(t.fp32, t.int8, apart)) return t;
+  const AbMedians s = ab_medians_ms(a, b, {3, 15, warm, first});
+  Timed t{s.a_ms, s.b_ms, s.contended};
+  if (clear_difference(t.fp32, t.int8) || apart_by_a_tenth(t.fp32, t.int8, s.apart)) return t;
   const double call_ms = std::max({t.fp32, t.int8, 1e-6});
   const int reps = static_cast<int>(std::clamp(full_budget_ms / call_ms, 3.0, double(full_reps)));
-  if (reps > 3 || t.contended)
-    std::tie(t.fp32, t.int8) =
-        ab_medians_ms(a, b, reps, full_budget_ms, /*warm=*/false, &t.contended);
+  if (reps > 3 || t.contended) {
+    const AbMedians full = ab_medians_ms(a, b, {reps, full_budget_ms, /*warm=*/false});
+    t = {full.a_ms, full.b_ms, full.contended};
+  }
   return t;
 }
 

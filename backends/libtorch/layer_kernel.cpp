@@ -77,9 +77,10 @@ std::string kernel_key(const torch::jit::Module& layer, LayerKind kind, const QP
          "/d=" + ints_text(g.dilation) + "/g=" + std::to_string(g.groups);
 }
 
-LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq) {
-  std::string key = kernel_key(layer, kind, wq);
+LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq,
+                       std::string key) {
   const auto op = jit::quantized_op(kind);
+  if (!op) throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
   at::Tensor w = layer.attr("weight").toTensor().detach();
   c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
   // Symmetric int8 along dim 0, as LibTorch's quantize_per_channel stores it.
@@ -143,7 +144,7 @@ void for_each_int8_layer(const Plan& plan, const torch::jit::Module& folded,
       const std::string key = kernel_key(layer, lp.info.kind, wq);
       std::optional<LayerKernel> packed;
       auto kernel = [&]() -> const LayerKernel& {
-        if (!packed) packed = pack_layer(layer, lp.info.kind, wq);
+        if (!packed) packed = pack_layer(layer, lp.info.kind, wq, key);
         return *packed;
       };
       fn({lp.info.name, layer, key, table.qparams(as->id), xi->second, kernel});

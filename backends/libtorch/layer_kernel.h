@@ -41,9 +41,10 @@ struct Untimed : std::runtime_error {
 std::string kernel_key(const torch::jit::Module& layer, LayerKind kind, const QParams& wq);
 
 // Packs a layer's weight for its int8 kernel (a fresh packed object each
-// call, as a fresh load of the artifact makes); throws Untimed with the
-// reason when it cannot.
-LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq);
+// call, as a fresh load of the artifact makes); `key` is its kernel_key.
+// Throws Untimed with the reason when it cannot.
+LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq,
+                       std::string key);
 
 // quantize(x) -> the kernel -> the int8 output (not dequantized).
 at::Tensor run_kernel(const LayerKernel& k, const at::Tensor& x, const QParams& aq);

@@ -62,21 +62,29 @@ InterleavedTimes interleaved_times(
 // two of them, one warm-up call before them where a faster call takes two.
 constexpr double kSlowCallMs = 250;
 
-// Medians (ms per call) of A and B over `reps` interleaved repeats, each of
+// How ab_medians_ms looks at A and B: `reps` interleaved repeats, each of
 // as many calls as fit in about budget_ms / reps. `warm`: warm-up calls first
 // (the profiling executor profiles the first call and compiles its plan on
 // the second); a slow pair with a 2x gap after one call each stops there.
-// Contended repeats are dropped and run again (at most 2 * reps more);
-// `contended` (if given) is set when fewer than half of `reps` were clean.
 // `first` (with warm false): a pair of warm calls the caller just timed,
 // which stands for the first timed call (and counts as a repeat as it does).
-// `apart` (if given) is set when at least two repeats of each were clean and
-// every clean repeat of one was faster than every clean repeat of the other.
-std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
-                                        const std::function<void()>& b, int reps, double budget_ms,
-                                        bool warm = true, bool* contended = nullptr,
-                                        const std::pair<Round, Round>* first = nullptr,
-                                        bool* apart = nullptr);
+struct AbLook {
+  int reps = 3;
+  double budget_ms = 15;
+  bool warm = true;
+  const std::pair<Round, Round>* first = nullptr;
+};
+// Medians (ms per call) of A and B. Contended repeats are dropped and run
+// again (at most 2 * reps more); `contended`: fewer than half of `reps` were
+// clean (the medians are then of every repeat); `apart`: at least two
+// repeats of each were clean and every clean repeat of one was faster than
+// every clean repeat of the other.
+struct AbMedians {
+  double a_ms = 0, b_ms = 0;
+  bool contended = false, apart = false;
+};
+AbMedians ab_medians_ms(const std::function<void()>& a, const std::function<void()>& b,
+                        const AbLook& how);
 
 // How many measurements of this process ended contended (after their
 // retries): the never-slower check's warning reads it.

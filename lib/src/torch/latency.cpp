@@ -188,13 +188,10 @@ InterleavedTimes interleaved_times(const std::vector<std::function<void()>>& fns
   return out;
 }
 
-std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
-                                        const std::function<void()>& b, int reps, double budget_ms,
-                                        bool warm, bool* contended,
-                                        const std::pair<Round, Round>* first, bool* apart) {
-  if (apart) *apart = false;
+AbMedians ab_medians_ms(const std::function<void()>& a, const std::function<void()>& b,
+                        const AbLook& how) {
   double ta = 0, tb = 0;
-  if (warm) {
+  if (how.warm) {
     const Round wa = time_round(a), wb = time_round(b);
     ta = wa.ms;
     tb = wb.ms;
@@ -202,23 +199,23 @@ std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
     // warmed it up): a 2x difference in one clean call each is decisive.
     if (std::max(ta, tb) > 500 && (tb <= 0.5 * ta || ta <= 0.5 * tb) && !wa.contended() &&
         !wb.contended())
-      return {ta, tb};
+      return {ta, tb, false, false};
     // A slow run dwarfs the compile time: one warm-up call is enough.
     if (std::max(ta, tb) <= kSlowCallMs) {
       a();
       b();
     }
   }
-  const Round ra0 = first ? first->first : time_round(a);
-  const Round rb0 = first ? first->second : time_round(b);
+  const Round ra0 = how.first ? how.first->first : time_round(a);
+  const Round rb0 = how.first ? how.first->second : time_round(b);
   ta = std::max(ra0.ms, 1e-3);
   tb = std::max(rb0.ms, 1e-3);
   std::vector<double> ra, rb, all_a, all_b;
   // Slow runs (large models, large batches) are stable: two repeats in all
   // keep the check to seconds.
-  if (std::max(ta, tb) > kSlowCallMs) reps = std::min(reps, 2);
-  const int ia = std::clamp(static_cast<int>(budget_ms / reps / ta), 1, 200);
-  const int ib = std::clamp(static_cast<int>(budget_ms / reps / tb), 1, 200);
+  const int reps = std::max(ta, tb) > kSlowCallMs ? std::min(how.reps, 2) : how.reps;
+  const int ia = std::clamp(static_cast<int>(how.budget_ms / reps / ta), 1, 200);
+  const int ib = std::clamp(static_cast<int>(how.budget_ms / reps / tb), 1, 200);
   // A repeat of one call each is what that first call was: it counts.
   if (std::max(ta, tb) > kSlowCallMs || (ia == 1 && ib == 1)) {
     all_a.push_back(ta);
@@ -236,18 +233,17 @@ std::pair<double, double> ab_medians_ms(const std::function<void()>& a,
     ra.push_back(x.ms);
     rb.push_back(y.ms);
   }
-  const bool unclean = static_cast<int>(ra.size()) < std::max(1, reps / 2);
-  if (contended) *contended = unclean;
-  if (unclean) {
+  if (static_cast<int>(ra.size()) < std::max(1, reps / 2)) {  // contended
     note_contended_measurement();
-    return {median(all_a), median(all_b)};
+    return {median(all_a), median(all_b), true, false};
   }
-  if (apart && ra.size() >= 2) {
+  AbMedians out{median(ra), median(rb), false, false};
+  if (ra.size() >= 2) {
     const auto [a_lo, a_hi] = std::minmax_element(ra.begin(), ra.end());
     const auto [b_lo, b_hi] = std::minmax_element(rb.begin(), rb.end());
-    *apart = *a_hi < *b_lo || *b_hi < *a_lo;
+    out.apart = *a_hi < *b_lo || *b_hi < *a_lo;
   }
-  return {median(ra), median(rb)};
+  return out;
 }
 
 std::string machine_busy() {

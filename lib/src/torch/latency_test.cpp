@@ -103,9 +103,7 @@ TEST_CASE("latency: rounds that lack the CPU are retried, then the figure is fla
   CHECK(t.dropped == 6);
   REQUIRE(t.seconds.size() == 2);
   CHECK(t.seconds[0].size() == 3);  // the last 3 rounds, flagged
-  bool flagged = false;
-  (void)tq::ab_medians_ms(sleeper, sleeper, 2, 10, /*warm=*/false, &flagged);
-  CHECK(flagged);
+  CHECK(tq::ab_medians_ms(sleeper, sleeper, {2, 10, /*warm=*/false}).contended);
   CHECK(tq::contended_measurements() == before + 2);
 }
 
@@ -142,17 +140,14 @@ TEST_CASE("latency: two calls apart beyond their rounds' spread are told apart",
       }
     };
   };
-  bool contended = false, apart = false;
-  const auto [a, b] =
-      tq::ab_medians_ms(spin(1), spin(4), 3, 30, /*warm=*/false, &contended, nullptr, &apart);
-  if (!contended) {  // on a busy machine the rounds may stay disturbed: nothing to tell
-    CHECK(a < b);
-    CHECK(apart);
+  const tq::AbMedians m = tq::ab_medians_ms(spin(1), spin(4), {3, 30, /*warm=*/false});
+  if (!m.contended) {  // on a busy machine the rounds may stay disturbed: nothing to tell
+    CHECK(m.a_ms < m.b_ms);
+    CHECK(m.apart);
   }
   // Rounds that stay disturbed tell nothing apart, whatever their times.
   auto sleeper = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
-  apart = true;
-  (void)tq::ab_medians_ms(sleeper, spin(4), 2, 10, /*warm=*/false, &contended, nullptr, &apart);
-  CHECK(contended);
-  CHECK_FALSE(apart);
+  const tq::AbMedians d = tq::ab_medians_ms(sleeper, spin(4), {2, 10, /*warm=*/false});
+  CHECK(d.contended);
+  CHECK_FALSE(d.apart);
 }
