@@ -62,11 +62,17 @@ ConvGeometry conv_geometry(const torch::jit::Module& layer) {
   return {int_list(stride), int_list(padding), int_list(dilation), groups.toInt()};
 }
 
+// The layer kind's int8 op; throws Untimed when it has none.
+jit::QuantizedOp int8_op(LayerKind kind) {
+  const auto op = jit::quantized_op(kind);
+  if (!op) throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
+  return *op;
+}
+
 }  // namespace
 
 std::string kernel_key(const torch::jit::Module& layer, LayerKind kind, const QParams& wq) {
-  if (!jit::quantized_op(kind))
-    throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
+  (void)int8_op(kind);
   const at::Tensor w = layer.attr("weight").toTensor();
   std::string key = "layer/" + std::string(to_string(kind)) + "/w=" + shape_text(w, 0) +
                     (layer.hasattr("bias") && layer.attr("bias").isTensor() ? "/bias" : "") +
@@ -79,8 +85,7 @@ std::string kernel_key(const torch::jit::Module& layer, LayerKind kind, const QP
 
 LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QParams& wq,
                        std::string key) {
-  const auto op = jit::quantized_op(kind);
-  if (!op) throw Untimed(std::string(to_string(kind)) + " has no static int8 kernel");
+  const jit::QuantizedOp op = int8_op(kind);
   at::Tensor w = layer.attr("weight").toTensor().detach();
   c10::IValue bias = layer.hasattr("bias") ? layer.attr("bias") : c10::IValue();
   // Symmetric int8 along dim 0, as LibTorch's quantize_per_channel stores it.
@@ -95,11 +100,11 @@ LayerKernel pack_layer(const torch::jit::Module& layer, LayerKind kind, const QP
                             codes, scales, torch::zeros({scales.numel()}, torch::kLong), 0)
                       : at::_make_per_tensor_quantized_tensor(codes, wq.scale[0], 0);
   if (kind == LayerKind::kLinear)
-    return {*op, call_op(op->prepack, "", {qw, bias}).at(0), kind, std::move(key)};
+    return {op, call_op(op.prepack, "", {qw, bias}).at(0), kind, std::move(key)};
   const ConvGeometry g = conv_geometry(layer);
   auto packed =
-      call_op(op->prepack, "", {qw, bias, g.stride, g.padding, g.dilation, g.groups}).at(0);
-  return {*op, packed, kind, std::move(key)};
+      call_op(op.prepack, "", {qw, bias, g.stride, g.padding, g.dilation, g.groups}).at(0);
+  return {op, packed, kind, std::move(key)};
 }
 
 at::Tensor quantize_input(const at::Tensor& x, const QParams& aq) {
