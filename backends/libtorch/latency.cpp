@@ -71,10 +71,10 @@ bool apart_by_a_tenth(double fp32_ms, double int8_ms, bool apart) {
 // Interleaved medians: a short look (3 rounds); a clear difference (either
 // way, 25% or more; or 10% with no overlap between the two sides' clean
 // rounds) needs no more precision, a close call gets the full
-// budget, in as many rounds as fit in it (at least 3, at most `full_reps`):
-// calls so long that only 3 fit (a model at batch 32) are what the short
-// look already measured, each round one call whose timer noise is small
-// against its length.
+// budget, in as many rounds as fit in it (at least 3, at most `full_reps`),
+// the short look's among them: calls so long that only 3 fit (a model at
+// batch 32) are what the short look already measured, each round one call
+// whose timer noise is small against its length.
 // `first`: ab_medians_ms's, for the short look.
 template <class FA, class FB>
 Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms,
@@ -85,7 +85,9 @@ Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms,
   const double call_ms = std::max({t.fp32, t.int8, 1e-6});
   const int reps = static_cast<int>(std::clamp(full_budget_ms / call_ms, 3.0, double(full_reps)));
   if (reps > 3 || t.contended) {
-    const AbMedians full = ab_medians_ms(a, b, {reps, full_budget_ms, /*warm=*/false});
+    AbLook more{reps, full_budget_ms, /*warm=*/false};
+    more.more_of = &s.rounds;
+    const AbMedians full = ab_medians_ms(a, b, more);
     t = {full.a_ms, full.b_ms, full.contended};
   }
   return t;

@@ -62,26 +62,38 @@ InterleavedTimes interleaved_times(
 // two of them, one warm-up call before them where a faster call takes two.
 constexpr double kSlowCallMs = 250;
 
+// The repeats of an A/B look, in ms per call: the clean ones, and every one.
+struct AbRounds {
+  std::vector<double> a, b;
+  std::vector<double> all_a, all_b;
+};
+
 // How ab_medians_ms looks at A and B: `reps` interleaved repeats, each of
 // as many calls as fit in about budget_ms / reps. `warm`: warm-up calls first
 // (the profiling executor profiles the first call and compiles its plan on
 // the second); a slow pair with a 2x gap after one call each stops there.
 // `first` (with warm false): a pair of warm calls the caller just timed,
 // which stands for the first timed call (and counts as a repeat as it does).
+// `more_of` (with warm false, no `first`): a shorter look's repeats, which
+// count toward `reps` (a longer look goes on from them instead of timing
+// them again); the new repeats are sized by their medians.
 struct AbLook {
   int reps = 3;
   double budget_ms = 15;
   bool warm = true;
   const std::pair<Round, Round>* first = nullptr;
+  const AbRounds* more_of = nullptr;
 };
 // Medians (ms per call) of A and B. Contended repeats are dropped and run
 // again (at most 2 * reps more); `contended`: fewer than half of `reps` were
 // clean (the medians are then of every repeat); `apart`: at least two
 // repeats of each were clean and every clean repeat of one was faster than
-// every clean repeat of the other.
+// every clean repeat of the other. `rounds`: the repeats they are the
+// medians of (none when a slow warm-up pair decided).
 struct AbMedians {
   double a_ms = 0, b_ms = 0;
   bool contended = false, apart = false;
+  AbRounds rounds;
 };
 AbMedians ab_medians_ms(const std::function<void()>& a, const std::function<void()>& b,
                         const AbLook& how);

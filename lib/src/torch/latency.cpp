@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -188,59 +189,83 @@ InterleavedTimes interleaved_times(const std::vector<std::function<void()>>& fns
   return out;
 }
 
-AbMedians ab_medians_ms(const std::function<void()>& a, const std::function<void()>& b,
-                        const AbLook& how) {
+namespace {
+
+void add_round(AbRounds& r, const Round& x, const Round& y) {
+  r.all_a.push_back(x.ms);
+  r.all_b.push_back(y.ms);
+  if (x.contended() || y.contended()) return;
+  r.a.push_back(x.ms);
+  r.b.push_back(y.ms);
+}
+
+// A look's opening: the warm-up calls (a slow pair with a 2x gap after one
+// clean call each decides there: `decided`) and its first timed pair, or
+// the shorter look it goes on from. The per-call times size its repeats.
+struct Opening {
   double ta = 0, tb = 0;
+  bool decided = false;
+  std::optional<std::pair<Round, Round>> first;  // a repeat where rounds are of one call
+};
+Opening open_look(const std::function<void()>& a, const std::function<void()>& b, const AbLook& how,
+                  AbRounds& rounds) {
+  if (how.more_of && !how.more_of->all_a.empty()) {
+    rounds = *how.more_of;
+    return {std::max(median(rounds.all_a), 1e-3), std::max(median(rounds.all_b), 1e-3), false,
+            std::nullopt};
+  }
   if (how.warm) {
     const Round wa = time_round(a), wb = time_round(b);
-    ta = wa.ms;
-    tb = wb.ms;
     // Slow runs (a large model at a large batch, after the small batch
     // warmed it up): a 2x difference in one clean call each is decisive.
-    if (std::max(ta, tb) > 500 && (tb <= 0.5 * ta || ta <= 0.5 * tb) && !wa.contended() &&
-        !wb.contended())
-      return {ta, tb, false, false};
+    if (std::max(wa.ms, wb.ms) > 500 && (wb.ms <= 0.5 * wa.ms || wa.ms <= 0.5 * wb.ms) &&
+        !wa.contended() && !wb.contended())
+      return {wa.ms, wb.ms, true, std::nullopt};
     // A slow run dwarfs the compile time: one warm-up call is enough.
-    if (std::max(ta, tb) <= kSlowCallMs) {
+    if (std::max(wa.ms, wb.ms) <= kSlowCallMs) {
       a();
       b();
     }
   }
-  const Round ra0 = how.first ? how.first->first : time_round(a);
-  const Round rb0 = how.first ? how.first->second : time_round(b);
-  ta = std::max(ra0.ms, 1e-3);
-  tb = std::max(rb0.ms, 1e-3);
-  std::vector<double> ra, rb, all_a, all_b;
+  Opening o;
+  o.first = how.first ? *how.first : std::make_pair(time_round(a), time_round(b));
+  o.ta = std::max(o.first->first.ms, 1e-3);
+  o.tb = std::max(o.first->second.ms, 1e-3);
+  return o;
+}
+
+}  // namespace
+
+AbMedians ab_medians_ms(const std::function<void()>& a, const std::function<void()>& b,
+                        const AbLook& how) {
+  AbMedians out;
+  AbRounds& r = out.rounds;
+  const Opening o = open_look(a, b, how, r);
+  if (o.decided) return {o.ta, o.tb, false, false, {}};
   // Slow runs (large models, large batches) are stable: two repeats in all
   // keep the check to seconds.
-  const int reps = std::max(ta, tb) > kSlowCallMs ? std::min(how.reps, 2) : how.reps;
-  const int ia = std::clamp(static_cast<int>(how.budget_ms / reps / ta), 1, 200);
-  const int ib = std::clamp(static_cast<int>(how.budget_ms / reps / tb), 1, 200);
+  const int reps = std::max(o.ta, o.tb) > kSlowCallMs ? std::min(how.reps, 2) : how.reps;
+  const int ia = std::clamp(static_cast<int>(how.budget_ms / reps / o.ta), 1, 200);
+  const int ib = std::clamp(static_cast<int>(how.budget_ms / reps / o.tb), 1, 200);
   // A repeat of one call each is what that first call was: it counts.
-  if (std::max(ta, tb) > kSlowCallMs || (ia == 1 && ib == 1)) {
-    all_a.push_back(ta);
-    all_b.push_back(tb);
-    if (!ra0.contended() && !rb0.contended()) {
-      ra.push_back(ta);
-      rb.push_back(tb);
-    }
-  }
-  for (int tries = 0; static_cast<int>(ra.size()) < reps && tries < 3 * reps; ++tries) {
+  if (o.first && (std::max(o.ta, o.tb) > kSlowCallMs || (ia == 1 && ib == 1)))
+    add_round(r, o.first->first, o.first->second);
+  for (int tries = 0; static_cast<int>(r.a.size()) < reps && tries < 3 * reps; ++tries) {
     const Round x = time_round(a, ia), y = time_round(b, ib);
-    all_a.push_back(x.ms);
-    all_b.push_back(y.ms);
-    if (x.contended() || y.contended()) continue;
-    ra.push_back(x.ms);
-    rb.push_back(y.ms);
+    add_round(r, x, y);
   }
-  if (static_cast<int>(ra.size()) < std::max(1, reps / 2)) {  // contended
+  if (static_cast<int>(r.a.size()) < std::max(1, reps / 2)) {  // contended
     note_contended_measurement();
-    return {median(all_a), median(all_b), true, false};
+    out.a_ms = median(r.all_a);
+    out.b_ms = median(r.all_b);
+    out.contended = true;
+    return out;
   }
-  AbMedians out{median(ra), median(rb), false, false};
-  if (ra.size() >= 2) {
-    const auto [a_lo, a_hi] = std::minmax_element(ra.begin(), ra.end());
-    const auto [b_lo, b_hi] = std::minmax_element(rb.begin(), rb.end());
+  out.a_ms = median(r.a);
+  out.b_ms = median(r.b);
+  if (r.a.size() >= 2) {
+    const auto [a_lo, a_hi] = std::minmax_element(r.a.begin(), r.a.end());
+    const auto [b_lo, b_hi] = std::minmax_element(r.b.begin(), r.b.end());
     out.apart = *a_hi < *b_lo || *b_hi < *a_lo;
   }
   return out;

@@ -130,16 +130,22 @@ TEST_CASE("latency: the run delay's files follow the threads that come and go", 
   CHECK(open_files() <= before);
 }
 
-TEST_CASE("latency: two calls apart beyond their rounds' spread are told apart", "[latency]") {
-  // Busy loops (CPU time equal to wall time) of 1 and 4 ms: every clean
-  // round of the short one is faster than every clean round of the long one.
-  auto spin = [](double ms) {
-    return [ms] {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(long(ms * 1e3));
-      while (std::chrono::steady_clock::now() < end) {
-      }
-    };
+namespace {
+
+// A busy loop of `ms`: CPU time equal to wall time.
+std::function<void()> spin(double ms) {
+  return [ms] {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(long(ms * 1e3));
+    while (std::chrono::steady_clock::now() < end) {
+    }
   };
+}
+
+}  // namespace
+
+TEST_CASE("latency: two calls apart beyond their rounds' spread are told apart", "[latency]") {
+  // Busy loops of 1 and 4 ms: every clean round of the short one is faster
+  // than every clean round of the long one.
   const tq::AbMedians m = tq::ab_medians_ms(spin(1), spin(4), {3, 30, /*warm=*/false});
   if (!m.contended) {  // on a busy machine the rounds may stay disturbed: nothing to tell
     CHECK(m.a_ms < m.b_ms);
@@ -150,4 +156,22 @@ TEST_CASE("latency: two calls apart beyond their rounds' spread are told apart",
   const tq::AbMedians d = tq::ab_medians_ms(sleeper, spin(4), {2, 10, /*warm=*/false});
   CHECK(d.contended);
   CHECK_FALSE(d.apart);
+}
+
+TEST_CASE("latency: a longer look goes on from a shorter one's repeats", "[latency]") {
+  // Calls of 2 ms or more, looked at with budgets that fit one call a
+  // repeat: each call is one repeat, and no repeat is timed twice.
+  int calls = 0;
+  auto a = [&] {
+    ++calls;
+    spin(2)();
+  };
+  const tq::AbMedians s = tq::ab_medians_ms(a, spin(2), {3, 6, /*warm=*/false});
+  tq::AbLook longer{5, 10, /*warm=*/false};
+  longer.more_of = &s.rounds;
+  const tq::AbMedians m = tq::ab_medians_ms(a, spin(2), longer);
+  CHECK(m.rounds.all_a.size() == static_cast<size_t>(calls));
+  REQUIRE(m.rounds.all_a.size() >= s.rounds.all_a.size());
+  CHECK(std::equal(s.rounds.all_a.begin(), s.rounds.all_a.end(), m.rounds.all_a.begin()));
+  if (!m.contended) CHECK(m.rounds.a.size() == 5);
 }
