@@ -173,5 +173,6 @@ TEST_CASE("latency: a longer look goes on from a shorter one's repeats", "[laten
   CHECK(m.rounds.all_a.size() == static_cast<size_t>(calls));
   REQUIRE(m.rounds.all_a.size() >= s.rounds.all_a.size());
   CHECK(std::equal(s.rounds.all_a.begin(), s.rounds.all_a.end(), m.rounds.all_a.begin()));
-  if (!m.contended) CHECK(m.rounds.a.size() == 5);
+  // It stops at 5 clean repeats, or after its 15 tries on a busy machine.
+  CHECK((m.rounds.a.size() == 5 || m.rounds.all_a.size() == s.rounds.all_a.size() + 15));
 }
