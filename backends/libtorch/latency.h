@@ -13,6 +13,7 @@
 
 namespace tq {
 class ObserverTable;
+struct Round;
 class TimingCache;
 }  // namespace tq
 
@@ -45,6 +46,18 @@ constexpr double kInferAboveMs = 100;
 constexpr double kBetweenRatio = 2.0 / 3.0;
 // A single timed call of at least this length decides a 2x difference.
 constexpr double kDecisiveMs = 10;
+// A model that already ran at another batch size (its plan compiled there)
+// pays at a new size only that size's one-time costs: oneDNN primitives for
+// the new shapes, the first touch of larger buffers. Measured at batch 32
+// after batch 1 (docs/benchmarks.md), the cold float call was within the
+// spread of the next three: ResNet-50 and DenseNet-121 (about 3.5 s) at
+// most 0.5 s above, ViT-B/16 (about 17 s) below them. So where the cold
+// float call takes at least kColdCallMs, a clean cold pair decides a clear
+// difference (25% either way, as a look does): int8 could then be slower
+// than the steady float call only if float's one-time costs took a third
+// of its call.
+constexpr double kColdCallMs = 2000;
+bool cold_pair_decides(const Round& fp32, const Round& int8);
 
 // Float model vs int8 model on `sample` resized to each batch size. First
 // the smallest and the largest: when int8 takes at most `ends_ratio` of

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "../../backends/libtorch/latency.h"
+#include "taoquant/latency.h"
 #include "taoquant/timing_cache.h"
 
 namespace {
@@ -91,4 +92,33 @@ TEST_CASE("never-slower check: a win at both ends stands for the sizes between o
   // A clear 2x win at both ends stands for the sizes between in any stage.
   const auto clear = compare({{1, {10, 4}}, {8, {80, 30}}}, sizes, planned);
   CHECK(measured(clear) == V{1, 8});
+}
+
+TEST_CASE("never-slower check: a long cold pair decides only a clear, clean difference",
+          "[latency]") {
+  using tq::libtorch::cold_pair_decides;
+  using tq::libtorch::kColdCallMs;
+  // One thread's call, alone on its core: CPU time = wall time, no wait.
+  auto clean = [](double ms) {
+    tq::Round r;
+    r.ms = r.cpu_ms = r.round_ms = ms;
+    r.delay_ms = 0;
+    return r;
+  };
+  const double f = kColdCallMs;
+  CHECK(cold_pair_decides(clean(f), clean(0.75 * f)));  // int8 a quarter faster
+  CHECK(cold_pair_decides(clean(f), clean(1.33 * f)));  // int8 a third slower
+  CHECK(cold_pair_decides(clean(8 * f), clean(4.4 * f)));
+  // A close call is left to the steady calls, however long.
+  CHECK_FALSE(cold_pair_decides(clean(f), clean(0.8 * f)));
+  CHECK_FALSE(cold_pair_decides(clean(8 * f), clean(7 * f)));
+  // A shorter float call: one-time costs could be a third of it.
+  CHECK_FALSE(cold_pair_decides(clean(0.99 * f), clean(0.3 * f)));
+  // Either call contended: another process's share is not int8's or float's.
+  tq::Round waited = clean(f);
+  waited.delay_ms = 0.2 * f;
+  CHECK_FALSE(cold_pair_decides(waited, clean(0.5 * f)));
+  tq::Round slept = clean(0.5 * f);
+  slept.cpu_ms = 0.1 * f;
+  CHECK_FALSE(cold_pair_decides(clean(f), slept));
 }
