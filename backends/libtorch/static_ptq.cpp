@@ -354,7 +354,7 @@ void convert_static(QuantizeContext& ctx, StaticSession& s) {
     q = never_slower(ctx, s, q);
   else
     ctx.backend_meta["latency_check"] = nlohmann::json::array();
-  report_static(ctx, s, q);
+  report_static(ctx, s);
   bool any_int8 = false;  // the artifact runs a layer in int8
   for (const auto& lp : ctx.plan.layers)
     any_int8 = any_int8 || (lp.quantized() && !s.reasons.count(lp.info.name));

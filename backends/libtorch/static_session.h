@@ -107,9 +107,10 @@ std::vector<int64_t> covered_batch_sizes(std::vector<int64_t> listed);
 // layers float, then every layer. Returns the model to ship.
 torch::jit::Module never_slower(QuantizeContext& ctx, StaticSession& s, torch::jit::Module q);
 
-// Fidelity on the held-out batch (static_report.cpp): the model's output
-// against float, then each layer's result, into ctx.
-void report_static(QuantizeContext& ctx, StaticSession& s, const torch::jit::Module& q);
+// Fidelity on the held-out batch (static_report.cpp): the float model's
+// output for publishing to measure the artifact's against
+// (ctx.holdout_reference), then each layer's result, into ctx.
+void report_static(QuantizeContext& ctx, StaticSession& s);
 
 // The session's result in the neutral record (record.h): the observed
 // model with its marks, each observer's range, each layer's int8 weight

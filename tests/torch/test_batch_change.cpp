@@ -8,6 +8,7 @@
 #include <torch/script.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -129,6 +130,26 @@ TEST_CASE(
         CHECK(conv_fails_alone(torch::empty(shape), h, w, 4));
       }
       CHECK(int8_layers >= report["layers"].size() - 4);
+      // The model's SQNR is the published artifact's own: its output on the
+      // held-out batch (the last calibration batch, samples 4-7) against
+      // the float model's, from the definition (10 log10 of signal over
+      // noise energy).
+      auto data = tqtest_data::loader_of(
+          "data_file: " + kModels + "/tv/imagenet_rand_n8_224.npz\nbatch_size: 4",
+          /*want_labels=*/false);
+      tq::Batch b, last;
+      while (data->next(b)) last = b;
+      REQUIRE(last.first_index == 4);
+      torch::NoGradGuard ng;
+      torch::jit::Module f = torch::jit::load(model), q = torch::jit::load(out.artifact_path);
+      f.eval();
+      q.eval();
+      const at::Tensor ref = f.forward({last.inputs.at(0)}).toTensor().to(torch::kDouble);
+      const at::Tensor got = q.forward({last.inputs.at(0)}).toTensor().to(torch::kDouble);
+      const double db = 10.0 * std::log10(ref.pow(2).sum().item<double>() /
+                                          (ref - got).pow(2).sum().item<double>());
+      CHECK(report["backend"]["meta"]["holdout_output_sqnr_db"].get<double>() ==
+            Approx(db).epsilon(1e-6));
       fs::remove_all(dir);
     }
   }

@@ -24,6 +24,9 @@
 #include "taoquant/spec.h"
 #include "taoquant/stage_result.h"
 
+namespace at {
+class Tensor;
+}  // namespace at
 namespace torch::jit {
 struct Module;
 }
@@ -153,6 +156,13 @@ class QuantizeContext {
   std::function<void(const std::string& what, size_t done, size_t total)> on_progress;
   // Calibration facts for the report (samples, batches, seconds).
   nlohmann::json calibration = nlohmann::json::object();
+  // The float model's output on the held-out calibration batch, when the
+  // backend has it (libtorch's static mode captures it as it calibrates).
+  // Publishing runs the saved artifact on that batch anyway (its checks),
+  // and reports that output's SQNR against this one as
+  // backend_meta.holdout_output_sqnr_db: the figure is the published
+  // artifact's own, for one int8 pass fewer.
+  std::shared_ptr<const at::Tensor> holdout_reference;
 
   // Set by the library's algorithm stage (GPTQ) before the backend
   // quantizes: the quantized weight of a layer, which

@@ -32,8 +32,9 @@ void check_batch_change(const std::string& path, const std::vector<at::Tensor>& 
 // output is the held-out batch's from that sequence). On a failure the file
 // is removed and a RuntimeError (exit 1) says why, the first of: does not
 // load or returns another type; a non-finite tensor; a non-finite output;
-// fails when the batch size changes.
-void check_saved_artifact(const std::string& path, const std::string& return_type,
-                          const std::vector<at::Tensor>& holdout, const std::string& backend);
+// fails when the batch size changes. Returns the held-out batch's output
+// when it is a tensor (else an undefined tensor).
+at::Tensor check_saved_artifact(const std::string& path, const std::string& return_type,
+                                const std::vector<at::Tensor>& holdout, const std::string& backend);
 
 }  // namespace tq

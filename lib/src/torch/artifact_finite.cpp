@@ -223,8 +223,9 @@ std::string batch_change_problem(const std::string& path, const std::vector<at::
   return run_batch_sequence(m, holdout, full_output);
 }
 
-void check_saved_artifact(const std::string& path, const std::string& return_type,
-                          const std::vector<at::Tensor>& holdout, const std::string& backend) {
+at::Tensor check_saved_artifact(const std::string& path, const std::string& return_type,
+                                const std::vector<at::Tensor>& holdout,
+                                const std::string& backend) {
   torch::jit::Module m;
   try {
     m = load_artifact_checked(path, return_type, backend);
@@ -243,6 +244,7 @@ void check_saved_artifact(const std::string& path, const std::string& return_typ
   const std::string out = holdout.empty() ? "" : output_problem(full_output);
   if (!out.empty()) refuse_artifact(path, backend, out, kFiniteAdvice);
   if (!changed.empty()) refuse_artifact(path, backend, changed, kBatchChangeAdvice);
+  return full_output.isTensor() ? full_output.toTensor() : at::Tensor();
 }
 
 }  // namespace tq

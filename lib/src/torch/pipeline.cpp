@@ -14,6 +14,7 @@
 #include "export_stage.h"
 #include "run_files.h"
 #include "taoquant/algorithm_stages.h"
+#include "taoquant/calibration.h"
 #include "taoquant/data.h"
 #include "taoquant/export.h"
 #include "taoquant/html_report.h"
@@ -273,6 +274,14 @@ void write_exports_and_report(const Spec& spec, const CheckedBackend& checked, Q
   out.report["timings"]["total_s"] = total;
 }
 
+// The saved artifact's output on the held-out batch against the float
+// model's, where the backend left that (QuantizeContext::holdout_reference).
+void report_holdout_fidelity(QuantizeContext& ctx, const at::Tensor& output) {
+  if (!ctx.holdout_reference || !output.defined()) return;
+  ctx.backend_meta["holdout_output_sqnr_db"] =
+      json_number(tensor_sqnr_db(*ctx.holdout_reference, output));
+}
+
 // Saves the artifact under its temporary name and checks it as users will
 // run it: it loads, its outputs are finite, and it survives a batch-size
 // change. Returns the temporary name; on a failure the file is gone.
@@ -285,7 +294,8 @@ std::string save_checked_artifact(QuantizerBase& quantizer, QuantizeContext& ctx
   save_artifact(quantizer, ctx, partial, verbose);
   // One fresh load: it loads, returns the float model's type, survives a
   // batch-size change and is finite; else it is removed.
-  check_saved_artifact(partial, return_type, holdout, out.requested_backend);
+  report_holdout_fidelity(
+      ctx, check_saved_artifact(partial, return_type, holdout, out.requested_backend));
   times.save_s = since(t0);
   out.artifact_file_bytes = file_size_or_zero(partial);
   return partial;
