@@ -62,6 +62,12 @@ bool clear_difference(double fp32_ms, double int8_ms) {
   return !(int8_ms > 0.75 * fp32_ms && int8_ms < 1.33 * fp32_ms);
 }
 
+// One clean call each, clearly different: a pair that decides alone where
+// its calls are long enough (the callers' thresholds).
+bool clear_clean_pair(const Round& fp32, const Round& int8) {
+  return !fp32.contended() && !int8.contended() && clear_difference(fp32.ms, int8.ms);
+}
+
 // 10% apart in the medians, and every clean round of one faster than every
 // clean round of the other: the direction is beyond the rounds' spread.
 bool apart_by_a_tenth(double fp32_ms, double int8_ms, bool apart) {
@@ -113,8 +119,7 @@ Timed timed_pair(TimingCache* cache, const std::string& key, Measure&& measure) 
 }  // namespace
 
 bool cold_pair_decides(const Round& fp32, const Round& int8) {
-  return fp32.ms >= kColdCallMs && !fp32.contended() && !int8.contended() &&
-         clear_difference(fp32.ms, int8.ms);
+  return fp32.ms >= kColdCallMs && clear_clean_pair(fp32, int8);
 }
 
 std::string format_ms(double ms) {
@@ -167,12 +172,8 @@ Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
   for (const auto& t : sample) in.emplace_back(resize_batch(t, bs));
   auto run_f = [&] { f.forward(in); };
   auto run_q = [&] { q.forward(in); };
-  auto decisive = [](const Round& a, const Round& b, double above_ms) {
-    return std::max(a.ms, b.ms) > above_ms && (b.ms <= 0.5 * a.ms || a.ms <= 0.5 * b.ms) &&
-           !a.contended() && !b.contended();
-  };
   const Round cf = time_round(run_f), cq = time_round(run_q);
-  if (decisive(cf, cq, 500)) return {cf.ms, cq.ms, false};  // one cold call of a slow run
+  if (twice_apart(cf, cq, 500)) return {cf.ms, cq.ms, false};  // one cold call of a slow run
   if (compiled && cold_pair_decides(cf, cq)) return {cf.ms, cq.ms, false};
   if (compiled) {
     const Round sf = time_round(run_f), sq = time_round(run_q);
@@ -183,11 +184,10 @@ Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
     run_q();
   }
   const Round tf = time_round(run_f), tq = time_round(run_q);
-  if (decisive(tf, tq, kDecisiveMs)) return {tf.ms, tq.ms, false};
+  if (twice_apart(tf, tq, kDecisiveMs)) return {tf.ms, tq.ms, false};
   // Calls over kSlowCallMs: the look would add one pair and decide a
   // clear difference on the two; one clean steady pair already decides it.
-  if (std::max(tf.ms, tq.ms) > kSlowCallMs && !tf.contended() && !tq.contended() &&
-      clear_difference(tf.ms, tq.ms))
+  if (std::max(tf.ms, tq.ms) > kSlowCallMs && clear_clean_pair(tf, tq))
     return {tf.ms, tq.ms, false};
   const std::pair<Round, Round> warm_pair{tf, tq};  // the look's first call
   return look(run_f, run_q, /*warm=*/false, 7, 300, &warm_pair);

@@ -41,6 +41,9 @@ struct Round {
   bool contended() const;
 };
 Round time_round(const std::function<void()>& fn, int iters = 1);
+// One clean call each, the longer over `above_ms`, one at most half the
+// other's time: a 2x difference that decides without more calls.
+bool twice_apart(const Round& a, const Round& b, double above_ms);
 
 // Per-call seconds of each function, `iters` rounds after `warmup` rounds;
 // within a round the functions run in alternating order, so that machine

@@ -55,6 +55,11 @@ std::atomic<long> g_contended{0};
 
 }  // namespace
 
+bool twice_apart(const Round& a, const Round& b, double above_ms) {
+  return std::max(a.ms, b.ms) > above_ms && (b.ms <= 0.5 * a.ms || a.ms <= 0.5 * b.ms) &&
+         !a.contended() && !b.contended();
+}
+
 bool Round::contended() const {
   if (cpu_ms < 0.5 * ms) return true;
   if (delay_ms >= 0) return delay_ms > 0.1 * round_ms;
@@ -218,9 +223,7 @@ Opening open_look(const std::function<void()>& a, const std::function<void()>& b
     const Round wa = time_round(a), wb = time_round(b);
     // Slow runs (a large model at a large batch, after the small batch
     // warmed it up): a 2x difference in one clean call each is decisive.
-    if (std::max(wa.ms, wb.ms) > 500 && (wb.ms <= 0.5 * wa.ms || wa.ms <= 0.5 * wb.ms) &&
-        !wa.contended() && !wb.contended())
-      return {wa.ms, wb.ms, true, std::nullopt};
+    if (twice_apart(wa, wb, 500)) return {wa.ms, wb.ms, true, std::nullopt};
     // A slow run dwarfs the compile time: one warm-up call is enough.
     if (std::max(wa.ms, wb.ms) <= kSlowCallMs) {
       a();
