@@ -13,6 +13,17 @@
 // Layers alike in everything a kernel is chosen by (op, weight shape and
 // granularity, geometry, bias, input shape, whether the input has a zero
 // point) share one run: ResNet-50's 53 int8 convolutions are 21 such runs.
+//
+// Where the failure cannot happen, nothing is run: the layout a weight is
+// reordered to changes with the batch size only in oneDNN 2.6's AVX-512
+// int8 kernels (brgemm convolutions and inner products pick their blocking
+// by the batch). Below AVX-512 its int8 convolutions are jit_uni_x8s8s32x
+// (avx2, sse41), whose weight layout is fixed by the ISA, groups and rank,
+// and gemm_x8s8s32x (plain): the packed weight is never reordered
+// (oneDNN v2.6.3 src/cpu/cpu_convolution_list.cpp; measured with
+// scripts/diag/onednn_weight_layouts.py).
+#include <dlfcn.h>
+
 #include <ATen/Parallel.h>
 #include <torch/script.h>
 
@@ -20,6 +31,8 @@
 #include <map>
 #include <set>
 #include <thread>
+
+#include <spdlog/spdlog.h>
 
 #include "latency.h"
 #include "layer_kernel.h"
@@ -30,6 +43,27 @@
 namespace tq::libtorch {
 
 namespace {
+
+// oneDNN as LibTorch loaded it, through its C API (no headers, no link):
+// its version and the ISA it runs with (which ONEDNN_MAX_CPU_ISA may lower).
+// Unknown (-1) where the symbols are not visible, e.g. a LibTorch with
+// oneDNN linked in and hidden.
+OnednnRuntime loaded_onednn() {
+  struct Version {  // dnnl_version_t
+    int major, minor, patch;
+    const char* hash;
+    unsigned cpu_runtime, gpu_runtime;
+  };
+  OnednnRuntime r;
+  using VersionFn = const Version* (*)();
+  using IsaFn = int (*)();
+  auto version = reinterpret_cast<VersionFn>(::dlsym(RTLD_DEFAULT, "dnnl_version"));
+  auto isa = reinterpret_cast<IsaFn>(::dlsym(RTLD_DEFAULT, "dnnl_get_effective_cpu_isa"));
+  if (!version || !isa) return r;
+  if (const Version* v = version()) r.version = {v->major, v->minor, v->patch};
+  r.isa = isa();
+  return r;
+}
 
 // The thread counts a deployment is likely to run at: this run's (at least
 // 2: one thread never showed the defect) and every core of this machine.
@@ -126,11 +160,32 @@ std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeCon
 
 }  // namespace
 
+std::string batch_change_impossible(const OnednnRuntime& r) {
+  // dnnl_cpu_isa_t of oneDNN 2.6 below AVX-512: sse41, avx, avx2, avx2_vnni.
+  static const std::map<int, const char*> kFixedLayoutIsas = {
+      {0x1, "sse41"}, {0x3, "avx"}, {0x7, "avx2"}, {0x407, "avx2_vnni"}};
+  const auto it = kFixedLayoutIsas.find(r.isa);
+  if (r.version[0] != 2 || r.version[1] != 6 || it == kFixedLayoutIsas.end()) return "";
+  return "oneDNN " + std::to_string(r.version[0]) + "." + std::to_string(r.version[1]) + "." +
+         std::to_string(r.version[2]) + " runs its " + it->second +
+         " int8 kernels here, whose weight layout is the same at every batch size: no weight is "
+         "reordered when the batch size changes (docs/reliability.md#batch-size-changes)";
+}
+
 // Whatever latency_check says: a crash in deployment is not a question of
 // speed.
 void keep_batch_change_safe(QuantizeContext& ctx, StaticSession& s) {
   nlohmann::json probed = nullptr;  // another engine: nothing to probe
   if (ctx.backend_meta.value("engine", "") == "onednn") {
+    const std::string why_not = batch_change_impossible(loaded_onednn());
+    if (!why_not.empty()) {
+      ctx.backend_meta["batch_change"] = {{"engine", "onednn"},
+                                          {"skipped", why_not},
+                                          {"kernel_runs", 0},
+                                          {"kept_float", nlohmann::json::array()}};
+      spdlog::debug("static_ptq: batch-change probe skipped: {}", why_not);
+      return;
+    }
     const auto failing = batch_change_layers(ctx, s, probed);
     s.steps->step("batch-change probe");
     if (!failing.empty()) {

@@ -340,6 +340,10 @@ void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s) {
 
 void convert_static(QuantizeContext& ctx, StaticSession& s) {
   keep_batch_change_safe(ctx, s);
+  // The float reference of every fidelity figure (the layers' and the held-out
+  // output's) is the float model's: captured before bias correction and
+  // snapping move the folded biases, whichever step asks for it first.
+  (void)s.capture();
   for (const auto& lp : ctx.plan.layers) {  // the float biases, before they move
     auto layer = find_submodule(s.folded, lp.info.name);
     if (layer.hasattr("bias") && layer.attr("bias").isTensor())

@@ -3,6 +3,7 @@
 // and record_static describes the result in the neutral record.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <set>
@@ -95,8 +96,18 @@ void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s);
 // With the onednn engine, the int8 layers whose kernel fails when the batch
 // size changes in one process stay float (s.keep_float, s.reasons, a
 // warning), and the model is observed again without them; the report's
-// backend.meta.batch_change says what was run (batch_change.cpp).
+// backend.meta.batch_change says what was run (batch_change.cpp), or,
+// where the failure cannot happen, why nothing was (`skipped`).
 void keep_batch_change_safe(QuantizeContext& ctx, StaticSession& s);
+
+// The oneDNN LibTorch runs on: version and dnnl_cpu_isa_t (-1: unknown).
+struct OnednnRuntime {
+  std::array<int, 3> version = {-1, -1, -1};
+  int isa = -1;
+};
+// Why no weight can be reordered when the batch size changes with this
+// oneDNN, or "" where it can (or nothing is known): the probe's gate.
+std::string batch_change_impossible(const OnednnRuntime& r);
 
 // The batch sizes the never-slower promise covers: each listed size and
 // every power of two between two listed ones ([1, 32] -> 1, 2, 4, 8, 16, 32).

@@ -3,6 +3,7 @@
 // weight reorder on some layers when the batch size changes. tao-quant runs
 // each int8 layer alone at the sequence, keeps the failing ones float, and
 // checks the whole artifact before it publishes it.
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/script.h>
@@ -82,6 +83,30 @@ bool conv_fails_alone(const at::Tensor& w_shape_src, int64_t h, int64_t w, int64
   return false;
 }
 
+// The model's SQNR in the report is the published artifact's own: its
+// output on the held-out batch (the last calibration batch of 4, samples
+// 4-7) against the float model's, from the definition (10 log10 of signal
+// over noise energy), on fresh loads of both files.
+void check_holdout_sqnr(const nlohmann::json& report, const std::string& model,
+                        const std::string& artifact) {
+  auto data = tqtest_data::loader_of(
+      "data_file: " + kModels + "/tv/imagenet_rand_n8_224.npz\nbatch_size: 4",
+      /*want_labels=*/false);
+  tq::Batch b, last;
+  while (data->next(b)) last = b;
+  REQUIRE(last.first_index == 4);
+  torch::NoGradGuard ng;
+  torch::jit::Module f = torch::jit::load(model), q = torch::jit::load(artifact);
+  f.eval();
+  q.eval();
+  const at::Tensor ref = f.forward({last.inputs.at(0)}).toTensor().to(torch::kDouble);
+  const at::Tensor got = q.forward({last.inputs.at(0)}).toTensor().to(torch::kDouble);
+  const double db =
+      10.0 * std::log10(ref.pow(2).sum().item<double>() / (ref - got).pow(2).sum().item<double>());
+  CHECK(report["backend"]["meta"]["holdout_output_sqnr_db"].get<double>() ==
+        Approx(db).epsilon(1e-6));
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -109,7 +134,17 @@ TEST_CASE(
       const auto& probed = report["backend"]["meta"]["batch_change"];
       REQUIRE(probed.is_object());
       CHECK(probed["engine"] == "onednn");
-      CHECK(probed["batch_sizes"] == nlohmann::json({4, 32}));
+      if (probed.contains("skipped")) {
+        // A oneDNN whose weight layouts do not change with the batch size
+        // (AVX2 and below): nothing probed, nothing kept float, and the
+        // artifact ran the sequence above all int8.
+        CHECK(probed["skipped"].get<std::string>().find("same at every batch size") !=
+              std::string::npos);
+        CHECK(probed["kernel_runs"] == 0);
+        CHECK(probed["kept_float"].empty());
+      } else {
+        CHECK(probed["batch_sizes"] == nlohmann::json({4, 32}));
+      }
       // Each layer kept float for it says why, and the same conv alone in
       // plain LibTorch fails the same change; the rest of the net is int8.
       size_t int8_layers = 0;
@@ -130,29 +165,57 @@ TEST_CASE(
         CHECK(conv_fails_alone(torch::empty(shape), h, w, 4));
       }
       CHECK(int8_layers >= report["layers"].size() - 4);
-      // The model's SQNR is the published artifact's own: its output on the
-      // held-out batch (the last calibration batch, samples 4-7) against
-      // the float model's, from the definition (10 log10 of signal over
-      // noise energy).
-      auto data = tqtest_data::loader_of(
-          "data_file: " + kModels + "/tv/imagenet_rand_n8_224.npz\nbatch_size: 4",
-          /*want_labels=*/false);
-      tq::Batch b, last;
-      while (data->next(b)) last = b;
-      REQUIRE(last.first_index == 4);
-      torch::NoGradGuard ng;
-      torch::jit::Module f = torch::jit::load(model), q = torch::jit::load(out.artifact_path);
-      f.eval();
-      q.eval();
-      const at::Tensor ref = f.forward({last.inputs.at(0)}).toTensor().to(torch::kDouble);
-      const at::Tensor got = q.forward({last.inputs.at(0)}).toTensor().to(torch::kDouble);
-      const double db = 10.0 * std::log10(ref.pow(2).sum().item<double>() /
-                                          (ref - got).pow(2).sum().item<double>());
-      CHECK(report["backend"]["meta"]["holdout_output_sqnr_db"].get<double>() ==
-            Approx(db).epsilon(1e-6));
+      check_holdout_sqnr(report, model, out.artifact_path);
       fs::remove_all(dir);
     }
   }
+}
+
+// Without the probe (another engine) and without bias correction, nothing
+// asks for the float reference before the biases are snapped to the
+// accumulator grid: the reference must still be the float model's.
+TEST_CASE("static int8 with qnnpack: the held-out SQNR is against the float model",
+          "[artifact][zoo]") {
+  const std::string model = kModels + "/tv/mobilenet_v2.pt";  // BatchNorm: biases to snap
+  REQUIRE(fs::exists(model));
+  const std::string dir = tqtest_data::temp_dir("sqnr-qnnpack");
+  const std::string text =
+      "results_dir: " + dir + "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n" +
+      "  default_layer_dtype: int8\n  default_activation_dtype: uint8\n  model_path: " + model +
+      "\n  sensitivity: false\n  backend_kwargs: {latency_check: false, engine: qnnpack}\n" +
+      "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
+      "/tv/imagenet_rand_n8_224.npz\n    batch_size: 4\n";
+  const auto out = tq::run_quantize(tq::parse_spec_text(text, "<sqnr-qnnpack>"));
+  std::ifstream in(out.report_path);
+  const auto report = nlohmann::json::parse(in);
+  CHECK(report["backend"]["meta"]["batch_change"].is_null());  // not probed
+  CHECK(report["backend"]["meta"]["biases_on_accumulator_grid"]["largest_move_in_steps"] > 0.1);
+  const at::QEngine before = at::globalContext().qEngine();
+  at::globalContext().setQEngine(at::QEngine::QNNPACK);  // the engine it was made for
+  check_holdout_sqnr(report, model, out.artifact_path);
+  at::globalContext().setQEngine(before);
+  fs::remove_all(dir);
+}
+
+// The probe's gate: only oneDNN 2.6 below AVX-512 (dnnl_cpu_isa_t values
+// of its dnnl_types.h) is known to keep a weight's layout at every batch
+// size; anything else, or nothing known, is probed.
+TEST_CASE("batch-change probe: skipped only where oneDNN's weight layouts are fixed",
+          "[artifact]") {
+  using tq::libtorch::batch_change_impossible;
+  for (int isa : {0x1, 0x3, 0x7, 0x407}) {
+    INFO(isa);
+    CHECK(batch_change_impossible({{2, 6, 3}, isa}).find("same at every batch size") !=
+          std::string::npos);
+  }
+  CHECK(batch_change_impossible({{2, 6, 3}, 0x7}).find("avx2 int8 kernels") != std::string::npos);
+  for (int isa : {0x27, 0x67, 0xe7, 0x3e7, 0xf, 0x1f, 0x0, -1}) {
+    INFO(isa);
+    CHECK(batch_change_impossible({{2, 6, 3}, isa}).empty());  // AVX-512: brgemm kernels
+  }
+  CHECK(batch_change_impossible({{3, 0, 0}, 0x7}).empty());  // another oneDNN: not read
+  CHECK(batch_change_impossible({{2, 7, 0}, 0x7}).empty());
+  CHECK(batch_change_impossible({}).empty());  // symbols not visible
 }
 
 // The batch sizes the never-slower promise covers: the listed ones and
