@@ -49,14 +49,15 @@ constexpr double kDecisiveMs = 10;
 // A model that already ran at another batch size (its plan compiled there)
 // pays at a new size only that size's one-time costs: oneDNN primitives for
 // the new shapes, the first touch of larger buffers. Measured at batch 32
-// after batch 1 (docs/benchmarks.md), the cold float call was within the
-// spread of the next three: ResNet-50 and DenseNet-121 (about 3.5 s) at
-// most 0.5 s above, ViT-B/16 (about 17 s) below them. So where the cold
-// float call takes at least kColdCallMs, a clean cold pair decides a clear
-// difference (25% either way, as a look does): int8 could then be slower
-// than the steady float call only if float's one-time costs took a third
-// of its call.
-constexpr double kColdCallMs = 2000;
+// after batch 1 (docs/benchmarks.md, scripts/bench/cold_calls.py), the cold
+// float call was at most 19% above the fastest of the next three: ResNet-18
+// and MobileNetV2 (1.1-1.3 s calls) 0.17-0.19 s, GoogLeNet (2.1 s) 0.17 s,
+// ResNet-50 (3.6-3.9 s) -0.07 to 0.47 s, DenseNet-121 (3.1-3.5 s) -0.13 to
+// 0.03 s, ViT-B/16 (about 17 s) 0. So where the cold float call takes at
+// least kColdCallMs, a clean cold pair decides a clear difference (25%
+// either way, as a look does): int8 could then be slower than the steady
+// float call only if float's one-time costs took a third of its call.
+constexpr double kColdCallMs = 1000;
 bool cold_pair_decides(const Round& fp32, const Round& int8);
 
 // Float model vs int8 model on `sample` resized to each batch size. First

@@ -2,7 +2,7 @@
 """The cold call at a new batch size, against the calls after it.
 
 The never-slower check lets a clean cold pair decide a clear difference
-where the float call takes 2 s or more and both models already ran at
+where the float call takes 1 s or more and both models already ran at
 another batch size (backends/libtorch/latency.h, kColdCallMs). This prints
 the evidence: for each model, the float model and its int8 artifact in plain
 PyTorch, three calls each at the small batch (the models' plans compiled
