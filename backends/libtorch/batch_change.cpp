@@ -126,6 +126,14 @@ std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeCon
             {"kept_float", nlohmann::json::array()}};
   std::vector<std::pair<std::string, std::string>> out;
   if (sizes.empty()) return out;
+  if (const std::string why_not = batch_change_impossible(loaded_onednn()); !why_not.empty()) {
+    probed = {{"engine", probed["engine"]},
+              {"skipped", why_not},
+              {"kernel_runs", 0},
+              {"kept_float", nlohmann::json::array()}};
+    spdlog::debug("static_ptq: batch-change probe skipped: {}", why_not);
+    return out;
+  }
   RestoreThreads restore;
   std::set<std::string> failed;
   size_t runs = 0;
@@ -177,15 +185,6 @@ std::string batch_change_impossible(const OnednnRuntime& r) {
 void keep_batch_change_safe(QuantizeContext& ctx, StaticSession& s) {
   nlohmann::json probed = nullptr;  // another engine: nothing to probe
   if (ctx.backend_meta.value("engine", "") == "onednn") {
-    const std::string why_not = batch_change_impossible(loaded_onednn());
-    if (!why_not.empty()) {
-      ctx.backend_meta["batch_change"] = {{"engine", "onednn"},
-                                          {"skipped", why_not},
-                                          {"kernel_runs", 0},
-                                          {"kept_float", nlohmann::json::array()}};
-      spdlog::debug("static_ptq: batch-change probe skipped: {}", why_not);
-      return;
-    }
     const auto failing = batch_change_layers(ctx, s, probed);
     s.steps->step("batch-change probe");
     if (!failing.empty()) {

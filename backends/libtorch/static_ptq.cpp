@@ -302,7 +302,6 @@ void shift_observed(StaticSession& s, const BiasShift& b, double sign) {
 // each layer's input qparams, into the folded biases, which the observed
 // copy shares.
 void correct_static_biases(QuantizeContext& ctx, StaticSession& s) {
-  (void)s.capture();  // the fidelity report's float reference: before the biases move
   const auto inputs = layer_input_observers(s.observed);
   const auto layers =
       static_bias_layers(ctx.plan, [&](const LayerPlan& lp) -> std::optional<StaticBiasLayer> {

@@ -60,6 +60,9 @@ struct StaticSession {
     };
     return o;
   }
+  // The float reference of the fidelity figures, on the held-out batch:
+  // convert_static takes it before bias correction and snapping move the
+  // folded biases.
   const LayerCapture& capture() {
     if (!captured) {
       cap = capture_layers(folded, holdout, capture_options());

@@ -83,6 +83,18 @@ bool conv_fails_alone(const at::Tensor& w_shape_src, int64_t h, int64_t w, int64
   return false;
 }
 
+// A static int8 run of `model` with no speed check or sensitivity table,
+// calibrated on the 8 random images in batches of 4 (the last held out).
+std::string static_spec(const std::string& model, const std::string& dir,
+                        const std::string& activations, const std::string& engine) {
+  return "results_dir: " + dir + "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n" +
+         "  default_layer_dtype: int8\n  default_activation_dtype: " + activations +
+         "\n  model_path: " + model +
+         "\n  sensitivity: false\n  backend_kwargs: {latency_check: false, engine: " + engine +
+         "}\ndataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
+         "/tv/imagenet_rand_n8_224.npz\n    batch_size: 4\n";
+}
+
 // The model's SQNR in the report is the published artifact's own: its
 // output on the held-out batch (the last calibration batch of 4, samples
 // 4-7) against the float model's, from the definition (10 log10 of signal
@@ -120,13 +132,8 @@ TEST_CASE(
       const std::string model = kModels + "/tv/" + arch + ".pt";
       REQUIRE(fs::exists(model));
       const std::string dir = tqtest_data::temp_dir(std::string("batch-change-") + arch);
-      const std::string text =
-          "results_dir: " + dir + "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n" +
-          "  default_layer_dtype: int8\n  default_activation_dtype: int8\n  model_path: " + model +
-          "\n  sensitivity: false\n  backend_kwargs: {latency_check: false, engine: onednn}\n" +
-          "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
-          "/tv/imagenet_rand_n8_224.npz\n    batch_size: 4\n";
-      const auto out = tq::run_quantize(tq::parse_spec_text(text, "<batch-change>"));
+      const auto out = tq::run_quantize(
+          tq::parse_spec_text(static_spec(model, dir, "int8", "onednn"), "<batch-change>"));
       CHECK(run_batches(out.artifact_path, x, {1, 8, 1, 32, 1}).empty());
 
       std::ifstream in(out.report_path);
@@ -181,13 +188,8 @@ TEST_CASE("static int8 with qnnpack: the held-out SQNR is against the float mode
   const std::string model = kModels + "/tv/" + arch + ".pt";
   REQUIRE(fs::exists(model));
   const std::string dir = tqtest_data::temp_dir("sqnr-qnnpack");
-  const std::string text =
-      "results_dir: " + dir + "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n" +
-      "  default_layer_dtype: int8\n  default_activation_dtype: uint8\n  model_path: " + model +
-      "\n  sensitivity: false\n  backend_kwargs: {latency_check: false, engine: qnnpack}\n" +
-      "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
-      "/tv/imagenet_rand_n8_224.npz\n    batch_size: 4\n";
-  const auto out = tq::run_quantize(tq::parse_spec_text(text, "<sqnr-qnnpack>"));
+  const auto out = tq::run_quantize(
+      tq::parse_spec_text(static_spec(model, dir, "uint8", "qnnpack"), "<sqnr-qnnpack>"));
   std::ifstream in(out.report_path);
   const auto report = nlohmann::json::parse(in);
   CHECK(report["backend"]["meta"]["batch_change"].is_null());  // not probed
