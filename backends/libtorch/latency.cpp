@@ -137,6 +137,7 @@ std::string shape_text(const at::Tensor& t, int64_t from) {
 std::string model_timing_key(const QuantizeContext& ctx, ObserverTable& table,
                              const std::vector<at::Tensor>& sample) {
   Hash64 model, int8;
+  model.update("fp32=frozen;");  // the float side is the model frozen (never_slower.cpp)
   model.update(jit::inlined_graph(ctx.model)->toString());
   for (const auto& p : ctx.model.named_parameters())
     model.update(p.name + "=" + shape_text(p.value, 0) + ";");
@@ -236,14 +237,14 @@ std::optional<std::vector<LatencyPair>> win_at_both_ends(const std::vector<int64
 
 }  // namespace
 
-std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
+std::vector<LatencyPair> compare_model_latency(const FloatModel& fp32,
                                                const torch::jit::Module& int8,
                                                const std::vector<at::Tensor>& sample,
                                                std::vector<int64_t> batch_sizes, TimingCache* cache,
                                                const std::string& key, double ends_ratio,
                                                bool crossover) {
   torch::NoGradGuard ng;
-  torch::jit::Module f = fp32, q = int8;
+  torch::jit::Module q = int8;
   std::sort(batch_sizes.begin(), batch_sizes.end());
   batch_sizes.erase(std::unique(batch_sizes.begin(), batch_sizes.end()), batch_sizes.end());
   std::map<int64_t, LatencyPair> measured;
@@ -253,6 +254,7 @@ std::vector<LatencyPair> compare_model_latency(const torch::jit::Module& fp32,
     if (it != measured.end()) return it->second;
     const auto start = std::chrono::steady_clock::now();
     const Timed t = timed_pair(cache, key + "/bs=" + std::to_string(bs), [&] {
+      torch::jit::Module f = fp32();
       const Timed r = measure_models(f, q, sample, bs, compiled);
       compiled = true;
       return r;

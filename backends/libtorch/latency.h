@@ -2,6 +2,7 @@
 // slower than float: interleaved runs, medians.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -60,6 +61,10 @@ constexpr double kDecisiveMs = 10;
 constexpr double kColdCallMs = 1000;
 bool cold_pair_decides(const Round& fp32, const Round& int8);
 
+// The float model an int8 model is timed against, made on first use (a
+// timing cache that holds every pair needs none).
+using FloatModel = std::function<const torch::jit::Module&()>;
+
 // Float model vs int8 model on `sample` resized to each batch size. First
 // the smallest and the largest: when int8 takes at most `ends_ratio` of
 // fp32's time at both, the sizes between are inferred (kBetweenRatio: the
@@ -71,13 +76,14 @@ bool cold_pair_decides(const Round& fp32, const Round& int8);
 // order. Each pair comes from `cache` under `key` when it holds it, else is
 // measured and recorded there (`cache` may be null: measure, keep nothing).
 std::vector<LatencyPair> compare_model_latency(
-    const torch::jit::Module& fp32, const torch::jit::Module& int8,
-    const std::vector<at::Tensor>& sample, std::vector<int64_t> batch_sizes, TimingCache* cache,
-    const std::string& key, double ends_ratio = kBetweenRatio, bool crossover = true);
+    const FloatModel& fp32, const torch::jit::Module& int8, const std::vector<at::Tensor>& sample,
+    std::vector<int64_t> batch_sizes, TimingCache* cache, const std::string& key,
+    double ends_ratio = kBetweenRatio, bool crossover = true);
 
 // The timing-cache key of the float model with `table`'s int8 layers: a
-// hash of its graph and parameter shapes and the sample's shapes, and one of
-// which layers are int8 at which granularity.
+// hash of its graph and parameter shapes, the sample's shapes and what the
+// float side is (the model frozen), and one of which layers are int8 at
+// which granularity.
 std::string model_timing_key(const QuantizeContext& ctx, ObserverTable& table,
                              const std::vector<at::Tensor>& sample);
 

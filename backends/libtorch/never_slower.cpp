@@ -6,10 +6,14 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+
+#include <spdlog/spdlog.h>
 
 #include "latency.h"
 #include "static_session.h"
+#include "taoquant/steps.h"
 #include "taoquant/timing_cache.h"
 
 namespace tq::libtorch {
@@ -36,6 +40,45 @@ std::string times_text(double x) {
   std::snprintf(buf, sizeof buf, "%.2fx", x);
   return buf;
 }
+
+// The float model int8 is held to, and the artifact when int8 loses: the
+// model as torch.jit.freeze makes it (BatchNorm folded into the
+// convolutions, attributes made constants, methods inlined). The int8
+// artifact is frozen (LibTorch's Finalize) with its BatchNorms folded, which
+// alone takes up to a fifth off a float model's time (docs/benchmarks.md,
+// scripts/diag/float_baseline.py): against the model as loaded, that
+// would pass for int8's speed-up, and an int8 model slower than the same
+// float model frozen would be published. Frozen on first use (a timing
+// cache that holds every pair needs none); a model freezing refuses is
+// timed as loaded, and the report says so.
+class FloatBaseline {
+ public:
+  explicit FloatBaseline(QuantizeContext& ctx) : ctx_(ctx) {}
+  const Module& get() {
+    if (made_) return m_;
+    made_ = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      m_ = torch::jit::freeze(ctx_.model);
+      ctx_.backend_meta["float_baseline"] = "frozen";
+      spdlog::debug("latency: float model frozen ({:.2f} s)", seconds_since(t0));
+    } catch (const std::exception& e) {
+      m_ = ctx_.model.clone();
+      const std::string what = e.what();
+      ctx_.backend_meta["float_baseline"] =
+          "as loaded (torch.jit.freeze refused it: " + what.substr(0, what.find('\n')) + ")";
+    }
+    return m_;
+  }
+  FloatModel model() {
+    return [this]() -> const Module& { return get(); };
+  }
+
+ private:
+  QuantizeContext& ctx_;
+  Module m_;
+  bool made_ = false;
+};
 
 // Runs of consecutive measured sizes with one verdict, as "1-4" / "8".
 struct Run {
@@ -101,11 +144,11 @@ struct ModelCheck {
 
 // The int8 model against the float one at the covered batch sizes
 // (compare_model_latency with `crossover` and `ends_ratio`).
-ModelCheck check_model(QuantizeContext& ctx, const StaticSession& s, const Module& q,
-                       const std::vector<int64_t>& sizes, bool crossover,
+ModelCheck check_model(QuantizeContext& ctx, const StaticSession& s, FloatBaseline& base,
+                       const Module& q, const std::vector<int64_t>& sizes, bool crossover,
                        double ends_ratio = kBetweenRatio) {
   ModelCheck m;
-  m.cmp = compare_model_latency(ctx.model, q, s.holdout, sizes, ctx.timing_cache,
+  m.cmp = compare_model_latency(base.model(), q, s.holdout, sizes, ctx.timing_cache,
                                 model_timing_key(ctx, *s.table, s.holdout), ends_ratio, crossover);
   m.mixed = mixed_speed(m.cmp, m.summary);
   m.summary["covered_batch_sizes"] = sizes;
@@ -148,9 +191,10 @@ void record_check(QuantizeContext& ctx, const ModelCheck& m, const char* stage,
 // The planned model's comparison, from the largest size down too (the
 // crossover the warning names): the sizes the first look measured come
 // from the timing cache, with the flags that look had.
-ModelCheck with_crossover(QuantizeContext& ctx, const StaticSession& s, const Module& q,
-                          const std::vector<int64_t>& sizes, const ModelCheck& first) {
-  ModelCheck m = check_model(ctx, s, q, sizes, /*crossover=*/true);
+ModelCheck with_crossover(QuantizeContext& ctx, const StaticSession& s, FloatBaseline& base,
+                          const Module& q, const std::vector<int64_t>& sizes,
+                          const ModelCheck& first) {
+  ModelCheck m = check_model(ctx, s, base, q, sizes, /*crossover=*/true);
   for (auto& c : m.cmp)
     for (const auto& f : first.cmp)
       if (f.batch_size == c.batch_size) c.contended = c.contended || f.contended;
@@ -163,12 +207,13 @@ bool any_int8_left(const QuantizeContext& ctx, const StaticSession& s) {
   return false;
 }
 
-// Every layer float: the original float model, its fused inference paths
-// intact; each layer not yet kept float for a reason gets `why`.
-Module all_float(QuantizeContext& ctx, StaticSession& s, const std::string& why) {
+// Every layer float: the float model int8 lost to; each layer not yet kept
+// float for a reason gets `why`.
+Module all_float(QuantizeContext& ctx, StaticSession& s, FloatBaseline& base,
+                 const std::string& why) {
   for (const auto& lp : ctx.plan.layers)
     if (!s.reasons.count(lp.info.name)) s.reasons[lp.info.name] = why;
-  return ctx.model.clone();
+  return base.get();
 }
 
 }  // namespace
@@ -182,7 +227,8 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
   if (ctx.timing_cache) ctx.timing_cache->bind_engine(ctx.backend_meta.value("engine", ""));
   const std::vector<int64_t> sizes = covered_batch_sizes(s.latency_batch_sizes);
   nlohmann::json speed = nlohmann::json::array();
-  ModelCheck planned = check_model(ctx, s, q, sizes, /*crossover=*/false);
+  FloatBaseline base(ctx);
+  ModelCheck planned = check_model(ctx, s, base, q, sizes, /*crossover=*/false);
   const auto& inputs = s.capture().inputs;
   if (planned.slower.empty()) {
     record_check(ctx, planned, "planned", speed);
@@ -198,7 +244,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
     }
     s.steps->step("latency check");
     if (!any_int8_left(ctx, s) || layers.slower.empty())
-      planned = with_crossover(ctx, s, q, sizes, planned);
+      planned = with_crossover(ctx, s, base, q, sizes, planned);
     record_check(ctx, planned, "planned", speed);
     ModelCheck last = planned;
     if (!any_int8_left(ctx, s)) {
@@ -206,7 +252,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
           "static_ptq: every planned layer is slower in int8 than in fp32 on this machine; "
           "the artifact keeps every layer float" +
           (planned.mixed.empty() ? std::string() : " (the whole model: " + planned.mixed + ")"));
-      q = ctx.model.clone();  // every layer has its own reason
+      q = base.get();  // every layer has its own reason
       last.slower.clear();
     } else if (!layers.slower.empty()) {
       undo_bias_corrections(ctx, s);
@@ -218,7 +264,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
       // not slower there: a win at both ends stands for the sizes between
       // (latency.h); a layer that could not be timed alone is not vouched
       // for.
-      last = check_model(ctx, s, q, sizes, /*crossover=*/true,
+      last = check_model(ctx, s, base, q, sizes, /*crossover=*/true,
                          layers.untimed.empty() ? 1.0 : kBetweenRatio);
       record_check(ctx, last, "without slower layers", speed);
     }
@@ -226,7 +272,7 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
       const std::string why = "int8 model slower than fp32 on this machine (" + last.slower + ")";
       ctx.warn("static_ptq: " + why + "; the artifact keeps every layer float" +
                (last.mixed.empty() ? "" : ": " + last.mixed));
-      q = all_float(ctx, s, why);
+      q = all_float(ctx, s, base, why);
     }
   }
   s.steps->step("latency check");

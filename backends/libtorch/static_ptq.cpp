@@ -220,9 +220,12 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     s.input_checked = true;
   };
   // All batches but the last observe; the last is held out for fidelity
-  // measurements (a single batch is both: that pass also captures).
-  s.data->pass(
-      [&](const std::vector<at::Tensor>& in, bool also_holdout) { run(in, also_holdout); });
+  // measurements (a single batch is both: that pass also captures, the first
+  // time only: observing again, after the speed check, the biases of the
+  // layers still int8 are on their accumulator grid, not the float model's).
+  s.data->pass([&](const std::vector<at::Tensor>& in, bool also_holdout) {
+    run(in, also_holdout && !s.captured);
+  });
   s.holdout = s.data->holdout();
   s.steps->step("calibration batches");
 }
@@ -334,6 +337,17 @@ void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s) {
     ctx.algorithm_facts[it->first]["bias_correction"] = {
         {"skipped", "the layer stays float: " + s.reasons[it->first]}};
     it = s.shifts.erase(it);
+  }
+  // Snapping moved them too (after the correction): the saved float bias,
+  // in place, so that the observed copy, which shares it, has it as well.
+  torch::NoGradGuard ng;
+  for (const auto& name : s.keep_float) {
+    auto fb = s.float_biases.find(name + ".bias");
+    if (fb == s.float_biases.end()) continue;
+    for (Module* m : {&s.folded, &s.observed}) {
+      at::Tensor b = find_submodule(*m, name).attr("bias").toTensor();
+      if (!b.equal(fb->second)) b.detach().copy_(fb->second);
+    }
   }
 }
 

@@ -104,14 +104,9 @@ void record_static(QuantizeContext& ctx, StaticSession& s, bool float_artifact) 
     auto it = s.reasons.find(lp.info.name);
     return it != s.reasons.end() ? it->second : lp.why_float();
   };
-  if (float_artifact) {
-    for (const auto& lp : ctx.plan.layers) record_float(ctx, lp.info.name, why(lp));
-    return;
-  }
-  if (s.reduce_range)
-    ctx.record().notes.push_back(
-        "activations are uint8 observed in 7 bits (reduce_range): their scales cover [0, 127]");
-  for (const auto& [path, fb] : s.float_biases) {  // the float model's biases
+  // The float model's biases where correction or snapping moved them (a
+  // float artifact's too: every layer kept float after they moved).
+  for (const auto& [path, fb] : s.float_biases) {
     const auto dot = path.rfind('.');
     const at::Tensor now = find_submodule(s.folded, path.substr(0, dot)).attr("bias").toTensor();
     if (!now.equal(fb)) {
@@ -119,6 +114,13 @@ void record_static(QuantizeContext& ctx, StaticSession& s, bool float_artifact) 
       ctx.record().float_values[path].assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
     }
   }
+  if (float_artifact) {
+    for (const auto& lp : ctx.plan.layers) record_float(ctx, lp.info.name, why(lp));
+    return;
+  }
+  if (s.reduce_range)
+    ctx.record().notes.push_back(
+        "activations are uint8 observed in 7 bits (reduce_range): their scales cover [0, 127]");
   const auto ranges = record_ranges(ctx, s);
   const auto inputs = layer_input_observers(s.observed);
   for (const auto& lp : ctx.plan.layers) {

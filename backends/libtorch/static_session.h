@@ -93,7 +93,8 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s);
 // The observed model -> the int8 module (a shallow copy converts).
 torch::jit::Module convert_observed(torch::jit::Module& observed);
 
-// Layers kept float after bias correction get their float bias back.
+// Layers kept float after bias correction and snapping get their float
+// bias back (the float model's, s.float_biases), exactly.
 void undo_bias_corrections(QuantizeContext& ctx, StaticSession& s);
 
 // With the onednn engine, the int8 layers whose kernel fails when the batch

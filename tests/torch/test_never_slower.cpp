@@ -32,7 +32,8 @@ std::vector<LatencyPair> compare(const std::map<int64_t, Times>& times,
     cache.put("model/k/bs=" + std::to_string(bs) + "/fp32", t.fp32);
     cache.put("model/k/bs=" + std::to_string(bs) + "/int8", t.int8);
   }
-  return tq::libtorch::compare_model_latency(m, m, {at::zeros({1, 4})}, sizes, &cache, "model/k",
+  return tq::libtorch::compare_model_latency([&]() -> const torch::jit::Module& { return m; }, m,
+                                             {at::zeros({1, 4})}, sizes, &cache, "model/k",
                                              ends_ratio, crossover);
 }
 

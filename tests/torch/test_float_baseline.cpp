@@ -1,0 +1,232 @@
+// The never-slower check holds int8 to the float model frozen as the int8
+// artifact is (torch.jit.freeze: BatchNorm folded into the convolutions,
+// attributes made constants), and publishes that model when int8 loses
+// (docs/spec.md, "never-slower"). The decisions come from an edited timing
+// cache, so nothing here is timed; the numbers are checked against the
+// float model and BatchNorm's definition, not against tao-quant's own.
+#include <torch/script.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "taoquant/jit.h"
+#include "taoquant/model.h"
+#include "taoquant/pipeline.h"
+#include "taoquant/record.h"
+#include "test_data_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+const std::string kModels = TQ_MODELS_DIR;
+// The trained Fashion-MNIST CNN with a BatchNorm after each convolution.
+const std::string kCnnBn = kModels + "/fmnist/cnn_bn.pt";
+
+// Static int8 of the CNN, checked at batch 1, 2 and 4; one calibration
+// batch of 32, which is also the held-out batch.
+std::string spec_text(const std::string& dir, const std::string& cache) {
+  std::string s = "results_dir: " + dir +
+                  "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n"
+                  "  default_layer_dtype: int8\n  default_activation_dtype: uint8\n"
+                  "  model_path: " +
+                  kCnnBn +
+                  "\n  sensitivity: false\n"
+                  "  backend_kwargs: {engine: onednn, latency_batch_sizes: [1, 4]}\n";
+  if (!cache.empty()) s += "  timing_cache: " + cache + "\n";
+  return s + "dataset:\n  quant_calibration_dataset:\n    data_file: " + kModels +
+         "/fmnist/calib.npz\n    batch_size: 32\n    max_batches: 1\n";
+}
+
+// `profile`'s cache, made complete: every layer and the planned model at
+// batch 1, 2 and 4, fp32 at 1 ms and int8 at `ratio(key)` ms.
+std::string edited_cache(const std::string& dir,
+                         const std::function<double(const std::string&)>& ratio) {
+  tq::QuantizeOptions o;
+  o.profile = true;
+  (void)tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/profile", ""), "<profile>"), o);
+  std::ifstream in(dir + "/profile/timing_cache.json");
+  json c = json::parse(in);
+  std::set<std::string> timed;  // "layer/.../x=..." and "model/.../int8=...": each a layer or model
+  for (const auto& [k, v] : c["entries"].items()) timed.insert(k.substr(0, k.find("/bs=")));
+  for (const auto& key : timed)
+    for (const char* bs : {"/bs=1", "/bs=2", "/bs=4"}) {
+      c["entries"][key + bs + "/fp32"] = 1.0;
+      c["entries"][key + bs + "/int8"] = ratio(key);
+    }
+  const std::string path = dir + "/edited.json";
+  std::ofstream(path) << c.dump();
+  return path;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+at::Tensor test_batch(int64_t n) {
+  auto data = tqtest_data::loader_of(
+      "data_file: " + kModels + "/fmnist/test.npz\nbatch_size: " + std::to_string(n),
+      /*want_labels=*/false);
+  tq::Batch b;
+  REQUIRE(data->next(b));
+  return b.inputs.at(0);
+}
+
+double sqnr_db(const at::Tensor& ref, const at::Tensor& got) {
+  const at::Tensor r = ref.to(torch::kDouble), g = got.to(torch::kDouble);
+  return 10.0 * std::log10(r.pow(2).sum().item<double>() / (r - g).pow(2).sum().item<double>());
+}
+
+at::Tensor attr(const torch::jit::Module& m, const std::string& dotted) {
+  const auto dot = dotted.rfind('.');
+  return tq::find_submodule(m, dotted.substr(0, dot)).attr(dotted.substr(dot + 1)).toTensor();
+}
+
+// A convolution's bias with the BatchNorm after it folded in, from
+// BatchNorm's definition: (b - mean) * gamma / sqrt(var + eps) + beta.
+at::Tensor folded_bias(const torch::jit::Module& f, const std::string& conv,
+                       const std::string& bn) {
+  const auto d = [&](const std::string& a) { return attr(f, a).to(torch::kDouble); };
+  const double eps = tq::find_submodule(f, bn).attr("eps").toDouble();
+  return (d(conv + ".bias") - d(bn + ".running_mean")) * d(bn + ".weight") /
+             (d(bn + ".running_var") + eps).sqrt() +
+         d(bn + ".bias");
+}
+
+}  // namespace
+
+TEST_CASE("never-slower: int8 that loses to the frozen float model publishes that model",
+          "[e2e][static][latency]") {
+  const std::string dir = tqtest_data::temp_dir("float-baseline");
+  const std::string cache = edited_cache(dir, [](const std::string&) { return 3.0; });
+  const auto out =
+      tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/q", cache), "<float-baseline>"));
+  const json report = read_json(out.report_path);
+  CHECK(report["timing_cache"]["entries_measured"] == 0);
+  CHECK(report["totals"]["quantized_layers"] == 0);
+  CHECK(report["backend"]["meta"]["float_baseline"] == "frozen");
+  // The biases were on their accumulator grid before int8 lost.
+  CHECK(report["backend"]["meta"]["biases_on_accumulator_grid"]["layers"] == 4);
+
+  torch::jit::Module f = torch::jit::load(kCnnBn), a = torch::jit::load(out.artifact_path);
+  f.eval();
+  a.eval();
+  // The float model has its BatchNorms; the artifact is the model frozen:
+  // no submodule, no BatchNorm.
+  REQUIRE(tq::jit::inlined_graph(f)->toString().find("aten::batch_norm") != std::string::npos);
+  CHECK(tq::jit::inlined_graph(a)->toString().find("aten::batch_norm") == std::string::npos);
+  CHECK(a.named_children().size() == 0);
+  // It computes the float model's numbers, at several batch sizes in one
+  // process (folding rounds differently in the last bits).
+  torch::NoGradGuard ng;
+  for (int64_t n : {64, 1, 8, 64}) {
+    const at::Tensor x = test_batch(n);
+    const at::Tensor y0 = f.forward({x}).toTensor(), y1 = a.forward({x}).toTensor();
+    CHECK(sqnr_db(y0, y1) > 100);
+  }
+  // The held-out figure (the only calibration batch, calib.npz's first 32):
+  // null, the same numbers as the folded float reference, or within how
+  // folding rounds of the float model's.
+  auto calib = tqtest_data::loader_of("data_file: " + kModels + "/fmnist/calib.npz\nbatch_size: 32",
+                                      /*want_labels=*/false);
+  tq::Batch held;
+  REQUIRE(calib->next(held));
+  const at::Tensor xh = held.inputs.at(0);
+  const double db = sqnr_db(f.forward({xh}).toTensor(), a.forward({xh}).toTensor());
+  const auto& held_out = report["backend"]["meta"]["holdout_output_sqnr_db"];
+  CHECK((held_out.is_null() || held_out.get<double>() >= db - 6));
+
+  // The record, what exporters read: the folded model with every bias the
+  // float model's (BatchNorm folded in by its definition), not the grid's.
+  const tq::QuantRecord r = tq::load_record(dir + "/q/quantization_record.pt");
+  CHECK(r.quantized_layers() == 0);
+  auto bias_of = [&](const std::string& path) {
+    auto fv = r.float_values.find(path);
+    if (fv == r.float_values.end()) return attr(*r.model, path).to(torch::kDouble);
+    return torch::tensor(std::vector<double>(fv->second.begin(), fv->second.end()));
+  };
+  const std::vector<std::pair<std::string, at::Tensor>> expected{
+      {"features.conv1.bias", folded_bias(f, "features.conv1", "features.bn1")},
+      {"features.conv2.bias", folded_bias(f, "features.conv2", "features.bn2")},
+      {"classifier.fc1.bias", attr(f, "classifier.fc1.bias").to(torch::kDouble)},
+      {"classifier.fc.bias", attr(f, "classifier.fc.bias").to(torch::kDouble)}};
+  for (const auto& [path, want] : expected) {
+    INFO(path);
+    const at::Tensor got = bias_of(path);
+    REQUIRE(got.sizes() == want.sizes());
+    CHECK((got - want).abs().max().item<double>() <= 1e-6 * (1 + want.abs().max().item<double>()));
+  }
+  fs::remove_all(dir);
+}
+
+// The layers int8 loses on alone (the convolutions) stay float and the
+// model is quantized again without them: those layers get their float
+// biases back, not the accumulator grid's of the first pass, and with one
+// calibration batch the held-out reference stays the float model's. Run A
+// measures that second model (int8 Linears): it wins or loses; run B reads
+// it from A's cache, made to lose, and publishes the frozen float model.
+TEST_CASE("never-slower: layers kept float after the first pass keep the float model's numbers",
+          "[e2e][static][latency]") {
+  const std::string dir = tqtest_data::temp_dir("float-baseline-again");
+  const std::string cache = edited_cache(
+      dir, [](const std::string& k) { return k.rfind("layer/Linear/", 0) == 0 ? 0.3 : 3.0; });
+  torch::jit::Module f = torch::jit::load(kCnnBn);
+  f.eval();
+  // The held-out batch: the only calibration batch, calib.npz's first 32.
+  auto calib = tqtest_data::loader_of("data_file: " + kModels + "/fmnist/calib.npz\nbatch_size: 32",
+                                      /*want_labels=*/false);
+  tq::Batch held;
+  REQUIRE(calib->next(held));
+  auto check_run = [&](const std::string& out_dir, const std::string& cache_path) {
+    const auto out =
+        tq::run_quantize(tq::parse_spec_text(spec_text(out_dir, cache_path), "<float-again>"));
+    const json report = read_json(out.report_path);
+    const json& stages = report["backend"]["meta"]["latency_check"];
+    CHECK(std::any_of(stages.begin(), stages.end(),
+                      [](const json& c) { return c["stage"] == "without slower layers"; }));
+    for (const auto& l : report["layers"])
+      if (l["name"].get<std::string>().rfind("features.conv", 0) == 0)
+        CHECK(l["kept_float"] == true);
+    torch::jit::Module a = torch::jit::load(out.artifact_path);
+    a.eval();
+    torch::NoGradGuard ng;
+    const at::Tensor x = held.inputs.at(0);
+    const double db = sqnr_db(f.forward({x}).toTensor(), a.forward({x}).toTensor());
+    const auto& reported = report["backend"]["meta"]["holdout_output_sqnr_db"];
+    // A float artifact: the float model's numbers up to how folding rounds
+    // (null: the same numbers as the folded float reference).
+    if (report["totals"]["quantized_layers"] == 0)
+      CHECK((reported.is_null() || reported.get<double>() >= db - 6));
+    else
+      CHECK(reported.get<double>() == Approx(db).epsilon(1e-5));
+    // What the artifact was converted from (the record's model): the float
+    // convolutions' biases are the float model's, with nothing to restore.
+    const tq::QuantRecord r = tq::load_record(out_dir + "/quantization_record.pt");
+    for (const char* i : {"1", "2"}) {
+      const std::string conv = std::string("features.conv") + i;
+      INFO(conv);
+      CHECK(r.float_values.count(conv + ".bias") == 0);
+      const at::Tensor want = folded_bias(f, conv, std::string("features.bn") + i);
+      const at::Tensor got = attr(*r.model, conv + ".bias").to(torch::kDouble);
+      CHECK((got - want).abs().max().item<double>() <=
+            1e-6 * (1 + want.abs().max().item<double>()));
+    }
+    return report;
+  };
+  (void)check_run(dir + "/a", cache);
+  json c = read_json(dir + "/a/timing_cache.json");  // A's: the second model's times too
+  for (auto& [k, v] : c["entries"].items())
+    if (k.rfind("model/", 0) == 0) v = k.compare(k.size() - 5, 5, "/fp32") == 0 ? 1.0 : 3.0;
+  std::ofstream(dir + "/lost.json") << c.dump();
+  const json b = check_run(dir + "/b", dir + "/lost.json");
+  CHECK(b["timing_cache"]["entries_measured"] == 0);
+  CHECK(b["totals"]["quantized_layers"] == 0);
+  fs::remove_all(dir);
+}
