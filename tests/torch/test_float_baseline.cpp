@@ -227,6 +227,24 @@ TEST_CASE("never-slower: layers kept float after the first pass keep the float m
   std::ofstream(dir + "/lost.json") << c.dump();
   const json b = check_run(dir + "/b", dir + "/lost.json");
   CHECK(b["timing_cache"]["entries_measured"] == 0);
+  CHECK(b["backend"]["meta"]["float_baseline"] == "frozen");  // made to be published
   CHECK(b["totals"]["quantized_layers"] == 0);
+  fs::remove_all(dir);
+}
+
+// A timing cache that holds every timing and says int8 wins: nothing to
+// time, nothing to publish float, so no float model is frozen, and the
+// report says so.
+TEST_CASE("never-slower: no frozen float model where the timing cache answers everything",
+          "[e2e][static][latency]") {
+  const std::string dir = tqtest_data::temp_dir("float-baseline-cached");
+  const std::string cache = edited_cache(dir, [](const std::string&) { return 0.3; });
+  const auto out =
+      tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/q", cache), "<float-cached>"));
+  const json report = read_json(out.report_path);
+  CHECK(report["timing_cache"]["entries_measured"] == 0);
+  CHECK(report["totals"]["quantized_layers"] == 4);
+  CHECK(report["backend"]["meta"]["float_baseline"] ==
+        "not made: the timing cache held every timing");
   fs::remove_all(dir);
 }
