@@ -100,22 +100,28 @@ at::Tensor folded_bias(const torch::jit::Module& f, const std::string& conv,
          d(bn + ".bias");
 }
 
+// A run whose every timing comes from a cache in which int8 takes `ratio`
+// of fp32's time everywhere: what it published and its report.
+std::pair<std::string, json> run_cached(const std::string& dir, double ratio) {
+  const std::string cache = edited_cache(dir, [ratio](const std::string&) { return ratio; });
+  const auto out = tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/q", cache), "<cached>"));
+  json report = read_json(out.report_path);
+  CHECK(report["timing_cache"]["entries_measured"] == 0);
+  return {out.artifact_path, report};
+}
+
 }  // namespace
 
 TEST_CASE("never-slower: int8 that loses to the frozen float model publishes that model",
           "[e2e][static][latency]") {
   const std::string dir = tqtest_data::temp_dir("float-baseline");
-  const std::string cache = edited_cache(dir, [](const std::string&) { return 3.0; });
-  const auto out =
-      tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/q", cache), "<float-baseline>"));
-  const json report = read_json(out.report_path);
-  CHECK(report["timing_cache"]["entries_measured"] == 0);
+  const auto [artifact, report] = run_cached(dir, 3.0);
   CHECK(report["totals"]["quantized_layers"] == 0);
   CHECK(report["backend"]["meta"]["float_baseline"] == "frozen");
   // The biases were on their accumulator grid before int8 lost.
   CHECK(report["backend"]["meta"]["biases_on_accumulator_grid"]["layers"] == 4);
 
-  torch::jit::Module f = torch::jit::load(kCnnBn), a = torch::jit::load(out.artifact_path);
+  torch::jit::Module f = torch::jit::load(kCnnBn), a = torch::jit::load(artifact);
   f.eval();
   a.eval();
   // The float model has its BatchNorms; the artifact is the model frozen:
@@ -238,11 +244,7 @@ TEST_CASE("never-slower: layers kept float after the first pass keep the float m
 TEST_CASE("never-slower: no frozen float model where the timing cache answers everything",
           "[e2e][static][latency]") {
   const std::string dir = tqtest_data::temp_dir("float-baseline-cached");
-  const std::string cache = edited_cache(dir, [](const std::string&) { return 0.3; });
-  const auto out =
-      tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/q", cache), "<float-cached>"));
-  const json report = read_json(out.report_path);
-  CHECK(report["timing_cache"]["entries_measured"] == 0);
+  const json report = run_cached(dir, 0.3).second;
   CHECK(report["totals"]["quantized_layers"] == 4);
   CHECK(report["backend"]["meta"]["float_baseline"] ==
         "not made: the timing cache held every timing");
