@@ -3,7 +3,9 @@
 // attributes made constants), and publishes that model when int8 loses
 // (docs/spec.md, "never-slower"). The decisions come from an edited timing
 // cache, so nothing here is timed; the numbers are checked against the
-// float model and BatchNorm's definition, not against tao-quant's own.
+// float model and BatchNorm's definition, not against tao-quant's own. The
+// net: the trained Fashion-MNIST ResNet (a BatchNorm after every
+// convolution, a residual downsample).
 #include <torch/script.h>
 
 #include <catch2/catch.hpp>
@@ -26,17 +28,23 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 const std::string kModels = TQ_MODELS_DIR;
-// The trained Fashion-MNIST CNN with a BatchNorm after each convolution.
-const std::string kCnnBn = kModels + "/fmnist/cnn_bn.pt";
 
-// Static int8 of the CNN, checked at batch 1, 2 and 4; one calibration
+// The trained Fashion-MNIST ResNet's convolutions and the BatchNorm after
+// each (its fc has none).
+const std::pair<const char*, const char*> kConvBn[] = {
+    {"stem.conv", "stem.bn"},       {"layer1.conv1", "layer1.bn1"},
+    {"layer1.conv2", "layer1.bn2"}, {"layer2.conv1", "layer2.bn1"},
+    {"layer2.conv2", "layer2.bn2"}, {"layer2.downsample.conv", "layer2.downsample.bn"},
+    {"layer3.conv1", "layer3.bn1"}, {"layer3.conv2", "layer3.bn2"}};
+
+// Static int8 of `model`, checked at batch 1, 2 and 4; one calibration
 // batch of 32, which is also the held-out batch.
-std::string spec_text(const std::string& dir, const std::string& cache) {
+std::string spec_text(const std::string& model, const std::string& dir, const std::string& cache) {
   std::string s = "results_dir: " + dir +
                   "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n"
                   "  default_layer_dtype: int8\n  default_activation_dtype: uint8\n"
                   "  model_path: " +
-                  kCnnBn +
+                  model +
                   "\n  sensitivity: false\n"
                   "  backend_kwargs: {engine: onednn, latency_batch_sizes: [1, 4]}\n";
   if (!cache.empty()) s += "  timing_cache: " + cache + "\n";
@@ -46,11 +54,12 @@ std::string spec_text(const std::string& dir, const std::string& cache) {
 
 // `profile`'s cache, made complete: every layer and the planned model at
 // batch 1, 2 and 4, fp32 at 1 ms and int8 at `ratio(key)` ms.
-std::string edited_cache(const std::string& dir,
+std::string edited_cache(const std::string& model, const std::string& dir,
                          const std::function<double(const std::string&)>& ratio) {
   tq::QuantizeOptions o;
   o.profile = true;
-  (void)tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/profile", ""), "<profile>"), o);
+  (void)tq::run_quantize(tq::parse_spec_text(spec_text(model, dir + "/profile", ""), "<profile>"),
+                         o);
   std::ifstream in(dir + "/profile/timing_cache.json");
   json c = json::parse(in);
   std::set<std::string> timed;  // "layer/.../x=..." and "model/.../int8=...": each a layer or model
@@ -84,9 +93,12 @@ double sqnr_db(const at::Tensor& ref, const at::Tensor& got) {
   return 10.0 * std::log10(r.pow(2).sum().item<double>() / (r - g).pow(2).sum().item<double>());
 }
 
-at::Tensor attr(const torch::jit::Module& m, const std::string& dotted) {
+// A tensor attribute; a None one (a convolution without bias) is `none`.
+at::Tensor attr(const torch::jit::Module& m, const std::string& dotted,
+                const at::Tensor& none = {}) {
   const auto dot = dotted.rfind('.');
-  return tq::find_submodule(m, dotted.substr(0, dot)).attr(dotted.substr(dot + 1)).toTensor();
+  const c10::IValue v = tq::find_submodule(m, dotted.substr(0, dot)).attr(dotted.substr(dot + 1));
+  return v.isNone() ? none : v.toTensor();
 }
 
 // A convolution's bias with the BatchNorm after it folded in, from
@@ -95,16 +107,18 @@ at::Tensor folded_bias(const torch::jit::Module& f, const std::string& conv,
                        const std::string& bn) {
   const auto d = [&](const std::string& a) { return attr(f, a).to(torch::kDouble); };
   const double eps = tq::find_submodule(f, bn).attr("eps").toDouble();
-  return (d(conv + ".bias") - d(bn + ".running_mean")) * d(bn + ".weight") /
-             (d(bn + ".running_var") + eps).sqrt() +
-         d(bn + ".bias");
+  const at::Tensor mean = d(bn + ".running_mean");
+  const at::Tensor b = attr(f, conv + ".bias", torch::zeros_like(mean)).to(torch::kDouble);
+  return (b - mean) * d(bn + ".weight") / (d(bn + ".running_var") + eps).sqrt() + d(bn + ".bias");
 }
 
 // A run whose every timing comes from a cache in which int8 takes `ratio`
 // of fp32's time everywhere: what it published and its report.
-std::pair<std::string, json> run_cached(const std::string& dir, double ratio) {
-  const std::string cache = edited_cache(dir, [ratio](const std::string&) { return ratio; });
-  const auto out = tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/q", cache), "<cached>"));
+std::pair<std::string, json> run_cached(const std::string& model, const std::string& dir,
+                                        double ratio) {
+  const std::string cache = edited_cache(model, dir, [ratio](const std::string&) { return ratio; });
+  const auto out =
+      tq::run_quantize(tq::parse_spec_text(spec_text(model, dir + "/q", cache), "<cached>"));
   json report = read_json(out.report_path);
   CHECK(report["timing_cache"]["entries_measured"] == 0);
   return {out.artifact_path, report};
@@ -113,15 +127,17 @@ std::pair<std::string, json> run_cached(const std::string& dir, double ratio) {
 }  // namespace
 
 TEST_CASE("never-slower: int8 that loses to the frozen float model publishes that model",
-          "[e2e][static][latency]") {
+          "[e2e][static][latency][resnet]") {
+  const std::string model = kModels + "/fmnist/resnet.pt";
   const std::string dir = tqtest_data::temp_dir("float-baseline");
-  const auto [artifact, report] = run_cached(dir, 3.0);
+  const auto [artifact, report] = run_cached(model, dir, 3.0);
   CHECK(report["totals"]["quantized_layers"] == 0);
   CHECK(report["backend"]["meta"]["float_baseline"] == "frozen");
-  // The biases were on their accumulator grid before int8 lost.
-  CHECK(report["backend"]["meta"]["biases_on_accumulator_grid"]["layers"] == 4);
+  // The biases were on their accumulator grid before int8 lost: every
+  // layer's (8 convolutions and the fc).
+  CHECK(report["backend"]["meta"]["biases_on_accumulator_grid"]["layers"] == 9);
 
-  torch::jit::Module f = torch::jit::load(kCnnBn), a = torch::jit::load(artifact);
+  torch::jit::Module f = torch::jit::load(model), a = torch::jit::load(artifact);
   f.eval();
   a.eval();
   // The float model has its BatchNorms; the artifact is the model frozen:
@@ -158,11 +174,10 @@ TEST_CASE("never-slower: int8 that loses to the frozen float model publishes tha
     if (fv == r.float_values.end()) return attr(*r.model, path).to(torch::kDouble);
     return torch::tensor(std::vector<double>(fv->second.begin(), fv->second.end()));
   };
-  const std::vector<std::pair<std::string, at::Tensor>> expected{
-      {"features.conv1.bias", folded_bias(f, "features.conv1", "features.bn1")},
-      {"features.conv2.bias", folded_bias(f, "features.conv2", "features.bn2")},
-      {"classifier.fc1.bias", attr(f, "classifier.fc1.bias").to(torch::kDouble)},
-      {"classifier.fc.bias", attr(f, "classifier.fc.bias").to(torch::kDouble)}};
+  std::vector<std::pair<std::string, at::Tensor>> expected{
+      {"fc.bias", attr(f, "fc.bias").to(torch::kDouble)}};
+  for (const auto& [conv, bn] : kConvBn)
+    expected.emplace_back(std::string(conv) + ".bias", folded_bias(f, conv, bn));
   for (const auto& [path, want] : expected) {
     INFO(path);
     const at::Tensor got = bias_of(path);
@@ -179,11 +194,13 @@ TEST_CASE("never-slower: int8 that loses to the frozen float model publishes tha
 // measures that second model (int8 Linears): it wins or loses; run B reads
 // it from A's cache, made to lose, and publishes the frozen float model.
 TEST_CASE("never-slower: layers kept float after the first pass keep the float model's numbers",
-          "[e2e][static][latency]") {
+          "[e2e][static][latency][resnet]") {
+  const std::string model = kModels + "/fmnist/resnet.pt";
   const std::string dir = tqtest_data::temp_dir("float-baseline-again");
-  const std::string cache = edited_cache(
-      dir, [](const std::string& k) { return k.rfind("layer/Linear/", 0) == 0 ? 0.3 : 3.0; });
-  torch::jit::Module f = torch::jit::load(kCnnBn);
+  const std::string cache = edited_cache(model, dir, [](const std::string& k) {
+    return k.rfind("layer/Linear/", 0) == 0 ? 0.3 : 3.0;
+  });
+  torch::jit::Module f = torch::jit::load(model);
   f.eval();
   // The held-out batch: the only calibration batch, calib.npz's first 32.
   auto calib = tqtest_data::loader_of("data_file: " + kModels + "/fmnist/calib.npz\nbatch_size: 32",
@@ -191,15 +208,14 @@ TEST_CASE("never-slower: layers kept float after the first pass keep the float m
   tq::Batch held;
   REQUIRE(calib->next(held));
   auto check_run = [&](const std::string& out_dir, const std::string& cache_path) {
-    const auto out =
-        tq::run_quantize(tq::parse_spec_text(spec_text(out_dir, cache_path), "<float-again>"));
+    const auto out = tq::run_quantize(
+        tq::parse_spec_text(spec_text(model, out_dir, cache_path), "<float-again>"));
     const json report = read_json(out.report_path);
     const json& stages = report["backend"]["meta"]["latency_check"];
     CHECK(std::any_of(stages.begin(), stages.end(),
                       [](const json& c) { return c["stage"] == "without slower layers"; }));
     for (const auto& l : report["layers"])
-      if (l["name"].get<std::string>().rfind("features.conv", 0) == 0)
-        CHECK(l["kept_float"] == true);
+      if (l["kind"] == "Conv2d") CHECK(l["kept_float"] == true);
     torch::jit::Module a = torch::jit::load(out.artifact_path);
     a.eval();
     torch::NoGradGuard ng;
@@ -215,12 +231,11 @@ TEST_CASE("never-slower: layers kept float after the first pass keep the float m
     // What the artifact was converted from (the record's model): the float
     // convolutions' biases are the float model's, with nothing to restore.
     const tq::QuantRecord r = tq::load_record(out_dir + "/quantization_record.pt");
-    for (const char* i : {"1", "2"}) {
-      const std::string conv = std::string("features.conv") + i;
+    for (const auto& [conv, bn] : kConvBn) {
       INFO(conv);
-      CHECK(r.float_values.count(conv + ".bias") == 0);
-      const at::Tensor want = folded_bias(f, conv, std::string("features.bn") + i);
-      const at::Tensor got = attr(*r.model, conv + ".bias").to(torch::kDouble);
+      CHECK(r.float_values.count(std::string(conv) + ".bias") == 0);
+      const at::Tensor want = folded_bias(f, conv, bn);
+      const at::Tensor got = attr(*r.model, std::string(conv) + ".bias").to(torch::kDouble);
       CHECK((got - want).abs().max().item<double>() <=
             1e-6 * (1 + want.abs().max().item<double>()));
     }
@@ -242,10 +257,10 @@ TEST_CASE("never-slower: layers kept float after the first pass keep the float m
 // time, nothing to publish float, so no float model is frozen, and the
 // report says so.
 TEST_CASE("never-slower: no frozen float model where the timing cache answers everything",
-          "[e2e][static][latency]") {
+          "[e2e][static][latency][resnet]") {
   const std::string dir = tqtest_data::temp_dir("float-baseline-cached");
-  const json report = run_cached(dir, 0.3).second;
-  CHECK(report["totals"]["quantized_layers"] == 4);
+  const json report = run_cached(kModels + "/fmnist/resnet.pt", dir, 0.3).second;
+  CHECK(report["totals"]["quantized_layers"] == report["layers"].size());
   CHECK(report["backend"]["meta"]["float_baseline"] ==
         "not made: the timing cache held every timing");
   fs::remove_all(dir);

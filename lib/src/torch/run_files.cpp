@@ -22,11 +22,16 @@ nlohmann::json without_timings(nlohmann::json j) {
 }
 
 // Backend facts as embedded: without wall-clock timings, nor the latency
-// measurements (the report has them; with a timing cache the decisions
-// they led to are in the layers' reasons).
+// measurements or how their float side was made (the report has them; with
+// a timing cache the decisions they led to are in the layers' reasons, and
+// a rerun that measures nothing makes no float model to time: the same
+// bytes either way).
 nlohmann::json embedded_backend_meta(const nlohmann::json& meta) {
   nlohmann::json j = without_timings(meta);
-  if (j.is_object()) j.erase("latency_check");
+  if (j.is_object()) {
+    j.erase("latency_check");
+    j.erase("float_baseline");
+  }
   return j;
 }
 
