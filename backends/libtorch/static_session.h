@@ -33,7 +33,9 @@ struct StaticSession {
   bool check_speed = true;           // backend_kwargs.latency_check
   bool reduce_range = false;         // 7-bit activations (engine.cpp)
   std::vector<int64_t> latency_batch_sizes = {1, 32};
-  std::set<std::string> keep_float;            // layers kept float by the speed check
+  std::set<std::string> keep_float;  // layers kept float by the speed check
+  // Modules whose layers are all float, run float whole (static_ptq.cpp).
+  std::vector<std::string> float_modules;
   std::map<std::string, std::string> reasons;  // layer -> why it stays float
   CalibrationData* data = nullptr;             // alive from calibrate() through convert()
   std::map<std::string, BiasShift> shifts;     // bias correction, by layer (in `folded`)

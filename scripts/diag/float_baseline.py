@@ -7,7 +7,11 @@ The never-slower check and `evaluate --compare` time an artifact against the
 float model as the user gave it. An artifact is always frozen (LibTorch's
 Finalize, as quantize_jit's is) and its BatchNorms are folded, so its float
 layers run faster than the given model's by this much before any layer is
-int8. With --artifact, a published artifact is timed beside both.
+int8. With --artifact, a published artifact is timed beside both, and its
+int8 ops alone are counted: quantized ops other than a layer that float
+values enter and leave (each input straight from quantize_per_tensor, each
+use of the output a dequantize), which tao-quant no longer makes
+(docs/spec.md, "Float layers, float modules").
 
 Each model and batch size: 3 warm-up calls each, then --rounds interleaved
 rounds of one call each (the order alternating), medians; one process,
@@ -47,6 +51,19 @@ def medians(models, x, rounds):
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def int8_alone(m):
+    """Quantized non-layer ops of m's graph that float values enter and leave."""
+    n = 0
+    for node in m.inlined_graph.nodes():
+        k = node.kind()
+        if not k.startswith("quantized::") or k.startswith(("quantized::conv", "quantized::linear")):
+            continue
+        ins = [v for v in node.inputs() if v.type().kind() == "TensorType"]
+        n += (all(v.node().kind() == "aten::quantize_per_tensor" for v in ins) and
+              all(u.user.kind() == "aten::dequantize" for o in node.outputs() for u in o.uses()))
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="zoo")
@@ -60,8 +77,9 @@ def main():
     torch.backends.quantized.engine = a.engine
     artifacts = dict(s.split("=", 1) for s in a.artifact)
     names = [n for part in a.models.split(",") for n in (bench.ZOO if part == "zoo" else (part,))]
-    print("| model | batch | as loaded ms | frozen ms | frozen / as loaded | artifact ms |")
-    print("|---|---|---|---|---|---|")
+    print("| model | batch | as loaded ms | frozen ms | frozen / as loaded | artifact ms "
+          "| int8 ops alone |")
+    print("|---|---|---|---|---|---|---|")
     for name in names:
         path, _, _, shape = bench.MODELS[name]
         models = {"loaded": torch.jit.load(path).eval()}
@@ -71,9 +89,12 @@ def main():
         dims = [int(s) for s in shape.split(",")][1:]
         for bs in (int(b) for b in a.batches.split(",")):
             t = medians(models, torch.randn(bs, *dims), a.rounds)
-            art = "%.2f" % t["artifact"] if "artifact" in t else "-"
-            print("| %s | %d | %.2f | %.2f | %.3f | %s |" %
-                  (name, bs, t["loaded"], t["frozen"], t["frozen"] / t["loaded"], art), flush=True)
+            art, alone = "-", "-"
+            if "artifact" in t:
+                art, alone = "%.2f" % t["artifact"], int8_alone(models["artifact"])
+            print("| %s | %d | %.2f | %.2f | %.3f | %s | %s |" %
+                  (name, bs, t["loaded"], t["frozen"], t["frozen"] / t["loaded"], art, alone),
+                  flush=True)
     print("\n%d threads, engine %s, medians of %d interleaved rounds" %
           (a.threads, a.engine, a.rounds))
 

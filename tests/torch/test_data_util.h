@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -98,6 +99,22 @@ inline tq::Spec test_data_spec(const std::string& body) {
 inline std::unique_ptr<tq::DataLoader> loader_of(const std::string& body, bool want_labels = true) {
   tq::Spec s = test_data_spec(body);
   return tq::make_data_loader(s, *s.dataset.test_dataset, "dataset.test_dataset", want_labels);
+}
+
+// The first `n` images of the Fashion-MNIST test set.
+inline at::Tensor fmnist_test_batch(int64_t n) {
+  auto data =
+      loader_of("data_file: " + models("fmnist/test.npz") + "\nbatch_size: " + std::to_string(n),
+                /*want_labels=*/false);
+  tq::Batch b;
+  REQUIRE(data->next(b));
+  return b.inputs.at(0);
+}
+
+// The SQNR of `got` against `ref` in dB, from its definition.
+inline double sqnr_db(const at::Tensor& ref, const at::Tensor& got) {
+  const at::Tensor r = ref.to(at::kDouble), g = got.to(at::kDouble);
+  return 10.0 * std::log10(r.pow(2).sum().item<double>() / (r - g).pow(2).sum().item<double>());
 }
 
 struct Caught {

@@ -80,18 +80,10 @@ json read_json(const std::string& path) {
 }
 
 at::Tensor test_batch(int64_t n) {
-  auto data = tqtest_data::loader_of(
-      "data_file: " + kModels + "/fmnist/test.npz\nbatch_size: " + std::to_string(n),
-      /*want_labels=*/false);
-  tq::Batch b;
-  REQUIRE(data->next(b));
-  return b.inputs.at(0);
+  return tqtest_data::fmnist_test_batch(n);
 }
 
-double sqnr_db(const at::Tensor& ref, const at::Tensor& got) {
-  const at::Tensor r = ref.to(torch::kDouble), g = got.to(torch::kDouble);
-  return 10.0 * std::log10(r.pow(2).sum().item<double>() / (r - g).pow(2).sum().item<double>());
-}
+using tqtest_data::sqnr_db;
 
 // A tensor attribute; a None one (a convolution without bias) is `none`.
 at::Tensor attr(const torch::jit::Module& m, const std::string& dotted,
