@@ -111,10 +111,8 @@ void check_holdout_sqnr(const nlohmann::json& report, const std::string& model,
   torch::jit::Module f = torch::jit::load(model), q = torch::jit::load(artifact);
   f.eval();
   q.eval();
-  const at::Tensor ref = f.forward({last.inputs.at(0)}).toTensor().to(torch::kDouble);
-  const at::Tensor got = q.forward({last.inputs.at(0)}).toTensor().to(torch::kDouble);
-  const double db =
-      10.0 * std::log10(ref.pow(2).sum().item<double>() / (ref - got).pow(2).sum().item<double>());
+  const double db = tqtest_data::sqnr_db(f.forward({last.inputs.at(0)}).toTensor(),
+                                         q.forward({last.inputs.at(0)}).toTensor());
   CHECK(report["backend"]["meta"]["holdout_output_sqnr_db"].get<double>() ==
         Approx(db).epsilon(1e-6));
 }
