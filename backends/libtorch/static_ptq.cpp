@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -165,6 +166,33 @@ std::vector<std::string> float_only_modules(const Module& folded,
   return out;
 }
 
+// Each module above a layer of `own` (float, or its own settings) gets a
+// qconfig of its own, with the root's settings (`root_copy`), where it has
+// none and is not inside a float module (which it inherits None from).
+// LibTorch's pass gives an instance whose qconfig differs from its type's
+// other instances a type of its own, keyed by the type and the instance's
+// qconfig only: an encoder layer of a ViT above a float Linear has the
+// root's qconfig, like its siblings, so it was given the type already made
+// for a sibling whose Linear is int8, and the pass refused the model (any
+// one Linear of an encoder layer kept float, or given per-tensor weights:
+// exit 1).
+void separate_modules_above(jit::QConfigs& qd, const std::set<std::string>& own,
+                            const std::vector<std::string>& float_modules,
+                            const std::function<jit::QConfig()>& root_copy) {
+  auto in_float_module = [&](const std::string& path) {
+    for (const auto& m : float_modules)
+      if (path.compare(0, m.size(), m) == 0 && (path.size() == m.size() || path[m.size()] == '.'))
+        return true;
+    return false;
+  };
+  for (const auto& name : own)
+    for (auto dot = name.rfind('.'); dot != std::string::npos && dot > 0;
+         dot = name.rfind('.', dot - 1)) {
+      const std::string above = name.substr(0, dot);
+      if (!qd.count(above) && !in_float_module(above)) qd[above] = root_copy();
+    }
+}
+
 // A fresh observer table (s.table) and the qconfig of each layer of the plan
 // (minus `keep_float`), for LibTorch's InsertObservers.
 jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {
@@ -193,9 +221,11 @@ jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {
         {act_template(plan, &lp.activations, s.reduce_range), weight_template(plan, &lp)});
     layers.emplace_back(&lp, all.back());
   }
-  // Layers with the most common settings share the root qconfig: per-layer
-  // entries would give instances of one TorchScript type different
-  // observers, which LibTorch's pass cannot express (ptq_common.h).
+  // Layers with the most common settings share the root qconfig: one entry
+  // per layer would give two layers that read one value (a ResNet block's
+  // conv1 and downsample) qconfigs LibTorch's pass cannot place an observer
+  // for (ptq_common.h). A layer with its own settings gets its own entry,
+  // and the modules above it theirs (separate_modules_above).
   const Settings root = most_common(
       all, same,
       Settings{act_template(plan, nullptr, s.reduce_range), weight_template(plan, nullptr)});
@@ -205,9 +235,15 @@ jit::QConfigs static_qconfig(const Plan& plan, StaticSession& s) {
   qd[""] = std::make_tuple(module_of(root.first), module_of(root.second));
   s.float_modules = float_only_modules(s.folded, float_layers, int8_layers);
   for (const auto& path : s.float_modules) qd[path] = std::nullopt;
+  std::set<std::string> own = float_layers;  // the layers whose qconfig is not the root's
   for (const auto& [lp, settings] : layers)
-    if (!same(settings, root))
+    if (!same(settings, root)) {
       qd[lp->info.name] = std::make_tuple(module_of(settings.first), module_of(settings.second));
+      own.insert(lp->info.name);
+    }
+  separate_modules_above(qd, own, s.float_modules, [&] {
+    return std::make_tuple(module_of(root.first), module_of(root.second));
+  });
   return qd;
 }
 

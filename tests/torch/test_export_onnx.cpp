@@ -312,3 +312,10 @@ TEST_CASE("tao-quant export: a published result without quantizing again, a chan
     CHECK(r.out.find("--formats") != std::string::npos);
   }
 }
+
+TEST_CASE("ONNX export, static int8: the ViT with one block's Linear kept float",
+          "[export][onnx][vit]") {
+  // vit_qkv with blocks.1.fc1 float: the qconfigs above a float layer
+  // (static_ptq.cpp), in ONNX Runtime as in LibTorch.
+  check_static_net("vit_qkv", "  skip_names: [\"=blocks.1.fc1\"]\n");
+}

@@ -126,3 +126,61 @@ TEST_CASE("static int8: one ViT encoder layer kept float runs float whole, at an
   CHECK(read_json(all.report_path)["backend"]["meta"]["float_modules"] == json::array());
   fs::remove_all(dir);
 }
+
+TEST_CASE("static int8: any one Linear of a ViT encoder layer kept float is quantized around it",
+          "[e2e][static]") {
+  // The trained Fashion-MNIST ViT (nn.TransformerEncoder: its 3 encoder
+  // layers share one TorchScript type). Each of these alone was refused
+  // (exit 1: LibTorch's pass gave the encoder layer the type made for a
+  // sibling whose Linear is int8).
+  const std::string model = kModels + "/fmnist/vit.pt", data = kModels + "/fmnist/calib.npz";
+  torch::jit::Module f = torch::jit::load(model);
+  f.eval();
+  for (const char* layer : {"encoder.layers.0.self_attn.out_proj", "encoder.layers.1.linear1",
+                            "encoder.layers.2.linear2"}) {
+    INFO(layer);
+    const std::string dir = tqtest_data::temp_dir("float-layer-vit");
+    const auto out = tq::run_quantize(tq::parse_spec_text(
+        spec_text(dir, model, data, "[\"=" + std::string(layer) + "\"]"), "<t>"));
+    const json report = read_json(out.report_path);
+    CHECK(report["totals"]["quantized_layers"] == report["totals"]["layers"].get<int>() - 1);
+    torch::jit::Module a = torch::jit::load(out.artifact_path);
+    a.eval();
+    CHECK(islands(tq::jit::inlined_graph(a)).empty());
+    torch::NoGradGuard ng;
+    for (int64_t n : {1, 8, 1}) {
+      const at::Tensor x = tqtest_data::fmnist_test_batch(n);
+      CHECK(tqtest_data::sqnr_db(f.forward({x}).toTensor(), a.forward({x}).toTensor()) > 15);
+    }
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("static int8: a ViT encoder Linear with its own weight granularity is quantized so",
+          "[e2e][static]") {
+  // The same trained Fashion-MNIST ViT: one Linear's per-tensor weights in
+  // one encoder layer (a `layers` rule) were refused the same way.
+  const std::string model = kModels + "/fmnist/vit.pt", data = kModels + "/fmnist/calib.npz";
+  const std::string dir = tqtest_data::temp_dir("own-settings-vit");
+  const std::string rule =
+      "[]\n  layers:\n    - module_name: \"=encoder.layers.1.linear1\"\n"
+      "      weights: {granularity: per_tensor}";
+  const auto out = tq::run_quantize(tq::parse_spec_text(spec_text(dir, model, data, rule), "<t>"));
+  const json report = read_json(out.report_path);
+  CHECK(report["totals"]["quantized_layers"] == report["totals"]["layers"]);
+  for (const auto& l : report["layers"]) {
+    const std::string name = l["name"];
+    if (name == "encoder.layers.1.linear1") CHECK(l["weight_format"] == "int8/per_tensor");
+    if (name == "encoder.layers.0.linear1") CHECK(l["weight_format"] == "int8/per_channel");
+  }
+  torch::jit::Module a = torch::jit::load(out.artifact_path), f = torch::jit::load(model);
+  a.eval();
+  f.eval();
+  CHECK(islands(tq::jit::inlined_graph(a)).empty());
+  torch::NoGradGuard ng;
+  for (int64_t n : {1, 8, 1}) {
+    const at::Tensor x = tqtest_data::fmnist_test_batch(n);
+    CHECK(tqtest_data::sqnr_db(f.forward({x}).toTensor(), a.forward({x}).toTensor()) > 15);
+  }
+  fs::remove_all(dir);
+}
