@@ -3,9 +3,12 @@
 // (static_ptq.cpp, float_only_modules). Quantized alone, each such op is a
 // quantize, an int8 op and a dequantize between two float layers: slower
 // than float (MobileNetV3-small with its convolutions float ran 2.7x slower
-// than the float model), and no closer to it. The nets: MobileNetV3-small
-// from the zoo (its Hardswish modules) and the trained Fashion-MNIST ViT
-// (one encoder layer kept float, which LibTorch's pass refused before).
+// than the float model), and no closer to it. And any one layer of a
+// repeated block can be float or have its own settings (the qconfigs above
+// it, static_ptq.cpp). The nets: MobileNetV3-small from the zoo (its
+// Hardswish modules), the trained Fashion-MNIST ViT (vit_qkv, timm-style
+// blocks) and the random-weight nn.TransformerEncoder of tiny/ (whose
+// encoder layers LibTorch's pass refused with one Linear or one layer float).
 #include <torch/script.h>
 
 #include <catch2/catch.hpp>
@@ -111,39 +114,30 @@ TEST_CASE("static int8: MobileNetV3-small with its features float runs no Hardsw
   fs::remove_all(dir);
 }
 
-TEST_CASE("static int8: one ViT encoder layer kept float runs float whole, at any batch size",
-          "[e2e][static]") {
-  // The trained Fashion-MNIST ViT: 3 encoder layers (attention out_proj,
-  // linear1, linear2 each), its head.
-  const std::string model = kModels + "/fmnist/vit.pt", data = kModels + "/fmnist/calib.npz";
+TEST_CASE("static int8: one ViT block kept float runs float whole, at any batch size",
+          "[e2e][static][vit]") {
+  // The trained Fashion-MNIST ViT (vit_qkv): 3 blocks (attn.qkv, attn.proj,
+  // fc1, fc2 each), its patch embedding and head.
+  const std::string model = kModels + "/fmnist/vit_qkv.pt", data = kModels + "/fmnist/calib.npz";
   const std::string dir = tqtest_data::temp_dir("float-modules-vit");
-  const auto out = tq::run_quantize(
-      tq::parse_spec_text(spec_text(dir, model, data, "[\"encoder.layers.1.*\"]"), "<t>"));
+  const auto out =
+      tq::run_quantize(tq::parse_spec_text(spec_text(dir, model, data, "[\"blocks.1.*\"]"), "<t>"));
   const json report = read_json(out.report_path);
-  CHECK(report["totals"]["quantized_layers"] == report["totals"]["layers"].get<int>() - 3);
-  CHECK(report["backend"]["meta"]["float_modules"] == json::array({"encoder.layers.1"}));
+  CHECK(report["totals"]["quantized_layers"] == report["totals"]["layers"].get<int>() - 4);
+  CHECK(report["backend"]["meta"]["float_modules"] == json::array({"blocks.1"}));
   check_runs_near_float(out.artifact_path, model);
-  // With no layer float, no module is. (On the trained CNN: a second static
-  // ViT run in this process was refused by LibTorch's InsertQuantDeQuant,
-  // its LayerNorms left without quantization parameters, depending on what
-  // the process had loaded and still held; the same spec alone passes.)
-  const auto all = tq::run_quantize(
-      tq::parse_spec_text(spec_text(dir + "/all", kModels + "/fmnist/cnn.pt", data, "[]"), "<t>"));
+  // With no layer float, no module is.
+  const auto all =
+      tq::run_quantize(tq::parse_spec_text(spec_text(dir + "/all", model, data, "[]"), "<t>"));
   CHECK(read_json(all.report_path)["backend"]["meta"]["float_modules"] == json::array());
   fs::remove_all(dir);
 }
 
-TEST_CASE("static int8: any one Linear of a ViT encoder layer kept float is quantized around it",
-          "[e2e][static]") {
-  // The trained Fashion-MNIST ViT (nn.TransformerEncoder: its 3 encoder
-  // layers share one TorchScript type). Each of these alone was refused
-  // (exit 1: LibTorch's pass gave the encoder layer the type made for a
-  // sibling whose Linear is int8).
-  const std::string model = kModels + "/fmnist/vit.pt", data = kModels + "/fmnist/calib.npz";
-  torch::jit::Module f = torch::jit::load(model);
-  f.eval();
-  for (const char* layer : {"encoder.layers.0.self_attn.out_proj", "encoder.layers.1.linear1",
-                            "encoder.layers.2.linear2"}) {
+TEST_CASE("static int8: any one Linear of a transformer block kept float is quantized around it",
+          "[e2e][static][vit]") {
+  // The trained ViT (vit_qkv): each of these alone, in one block.
+  const std::string model = kModels + "/fmnist/vit_qkv.pt", data = kModels + "/fmnist/calib.npz";
+  for (const char* layer : {"blocks.0.attn.proj", "blocks.1.fc1", "blocks.2.fc2"}) {
     INFO(layer);
     const std::string dir = tqtest_data::temp_dir("float-layer-vit");
     const auto out = tq::run_quantize(tq::parse_spec_text(
@@ -153,25 +147,41 @@ TEST_CASE("static int8: any one Linear of a ViT encoder layer kept float is quan
     check_runs_near_float(out.artifact_path, model);
     fs::remove_all(dir);
   }
+  // nn.TransformerEncoder (random weights; its encoder layers share one
+  // TorchScript type): one Linear of one layer, and one whole layer, float.
+  const std::string enc = kModels + "/tiny/encoder.pt", x = kModels + "/tiny/encoder_x.npz";
+  for (const char* skip : {"[\"=encoder.layers.1.linear1\"]", "[\"encoder.layers.1.*\"]"}) {
+    INFO(skip);
+    const std::string dir = tqtest_data::temp_dir("float-layer-encoder");
+    const auto out = tq::run_quantize(tq::parse_spec_text(spec_text(dir, enc, x, skip), "<t>"));
+    const json report = read_json(out.report_path);
+    CHECK(report["totals"]["quantized_layers"].get<int>() > 0);
+    CHECK(report["totals"]["quantized_layers"] < report["totals"]["layers"]);
+    CHECK(islands(tq::jit::inlined_graph(torch::jit::load(out.artifact_path))).empty());
+    fs::remove_all(dir);
+  }
 }
 
-TEST_CASE("static int8: a ViT encoder Linear with its own weight granularity is quantized so",
-          "[e2e][static]") {
-  // The same trained Fashion-MNIST ViT: one Linear's per-tensor weights in
-  // one encoder layer (a `layers` rule) were refused the same way.
-  const std::string model = kModels + "/fmnist/vit.pt", data = kModels + "/fmnist/calib.npz";
+TEST_CASE("static int8: a ViT Linear with its own weight granularity is quantized so",
+          "[e2e][static][vit]") {
+  // The trained ViT (vit_qkv): one Linear's per-tensor weights in one block
+  // (a `layers` rule) were refused the same way.
+  const std::string model = kModels + "/fmnist/vit_qkv.pt", data = kModels + "/fmnist/calib.npz";
   const std::string dir = tqtest_data::temp_dir("own-settings-vit");
   const std::string rule =
-      "[]\n  layers:\n    - module_name: \"=encoder.layers.1.linear1\"\n"
+      "[]\n  layers:\n    - module_name: \"=blocks.1.fc1\"\n"
       "      weights: {granularity: per_tensor}";
   const auto out = tq::run_quantize(tq::parse_spec_text(spec_text(dir, model, data, rule), "<t>"));
   const json report = read_json(out.report_path);
   CHECK(report["totals"]["quantized_layers"] == report["totals"]["layers"]);
+  size_t seen = 0;
   for (const auto& l : report["layers"]) {
     const std::string name = l["name"];
-    if (name == "encoder.layers.1.linear1") CHECK(l["weight_format"] == "int8/per_tensor");
-    if (name == "encoder.layers.0.linear1") CHECK(l["weight_format"] == "int8/per_channel");
+    if (name == "blocks.1.fc1") CHECK(l["weight_format"] == "int8/per_tensor");
+    if (name == "blocks.0.fc1") CHECK(l["weight_format"] == "int8/per_channel");
+    seen += name == "blocks.1.fc1" || name == "blocks.0.fc1" ? 1 : 0;
   }
+  CHECK(seen == 2);
   check_runs_near_float(out.artifact_path, model);
   fs::remove_all(dir);
 }
