@@ -81,11 +81,10 @@ bool apart_by_a_tenth(double fp32_ms, double int8_ms, bool apart) {
 // the short look's among them: calls so long that only 3 fit (a model at
 // batch 32) are what the short look already measured, each round one call
 // whose timer noise is small against its length.
-// `first`: ab_medians_ms's, for the short look.
+// `short_look`: how the short look looks (AbLook).
 template <class FA, class FB>
-Timed look(FA&& a, FB&& b, bool warm, int full_reps, double full_budget_ms,
-           const std::pair<Round, Round>* first = nullptr) {
-  const AbMedians s = ab_medians_ms(a, b, {3, 15, warm, first});
+Timed look(FA&& a, FB&& b, const AbLook& short_look, int full_reps, double full_budget_ms) {
+  const AbMedians s = ab_medians_ms(a, b, short_look);
   Timed t{s.a_ms, s.b_ms, s.contended};
   if (clear_difference(t.fp32, t.int8) || apart_by_a_tenth(t.fp32, t.int8, s.apart)) return t;
   const double call_ms = std::max({t.fp32, t.int8, 1e-6});
@@ -191,7 +190,7 @@ Timed measure_models(torch::jit::Module& f, torch::jit::Module& q,
   if (std::max(tf.ms, tq.ms) > kSlowCallMs && clear_clean_pair(tf, tq))
     return {tf.ms, tq.ms, false};
   const std::pair<Round, Round> warm_pair{tf, tq};  // the look's first call
-  return look(run_f, run_q, /*warm=*/false, 7, 300, &warm_pair);
+  return look(run_f, run_q, {3, 15, /*warm=*/false, &warm_pair}, 7, 300);
 }
 
 // A win at the smallest and at the largest size by `ends_ratio` (int8 at
@@ -292,6 +291,11 @@ std::vector<LatencyPair> compare_model_latency(const FloatModel& fp32,
 
 namespace {
 
+// A layer alone: calls of microseconds to a few ms, a short look of 6 ms
+// (2 ms a side a round: tens of calls of a 0.05 ms layer, one of a 2 ms
+// one, as 15 ms would give), decided sooner by two pairs 2x apart.
+const AbLook kLayerLook{3, 6, /*warm=*/true, nullptr, nullptr, kLayerDecidesApart};
+
 // `profile`: a Linear's dynamic int8 form (quantized::linear_dynamic on the
 // same packed weight), recorded as "<key>/int8_dynamic".
 template <class RunFloat>
@@ -300,7 +304,7 @@ void profile_dynamic(TimingCache& cache, const LayerKernel& k, const at::Tensor&
   if (k.kind != LayerKind::kLinear || cache.find(key + "/int8_dynamic")) return;
   auto run_d = [&] { call_op("quantized::linear_dynamic", "", {xb, k.packed, false}); };
   try {
-    const Timed t = look(run_f, run_d, true, 5, 100);
+    const Timed t = look(run_f, run_d, kLayerLook, 5, 100);
     cache.put(key + "/int8_dynamic", t.int8);
   } catch (const std::exception& e) {
     spdlog::info("profile: no dynamic int8 timing for {}: {}", key, e.what());
@@ -308,32 +312,44 @@ void profile_dynamic(TimingCache& cache, const LayerKernel& k, const at::Tensor&
 }
 
 // The layer alone, float vs quantize + int8 kernel + dequantize, at each
-// batch size up to the first where int8 is slower. Returns the reason to
-// keep it float, or "" when int8 is not slower.
-std::string time_layer(const torch::jit::Module& float_layer, const LayerKernel& k,
-                       const QParams& aq, const at::Tensor& x, std::vector<int64_t> sizes,
-                       TimingCache* cache) {
+// batch size up to the first where int8 is slower: `slower` is the reason to
+// keep it float ("" when int8 is not slower), `saving_ms` what int8 saves
+// at each measured size, `inferred` whether a size was inferred instead.
+struct LayerVerdict {
+  std::string slower;
+  std::map<int64_t, double> saving_ms;
+  bool inferred = false;
+};
+LayerVerdict time_layer(const torch::jit::Module& float_layer, const LayerKernel& k,
+                        const QParams& aq, const at::Tensor& x, std::vector<int64_t> sizes,
+                        TimingCache* cache) {
   torch::jit::Module layer = float_layer;
+  LayerVerdict v;
   std::string detail;
   std::sort(sizes.begin(), sizes.end());
   BatchLadder ladder;
   for (int64_t bs : sizes) {
     if (int64_t from = ladder.inferred_from(bs)) {
       detail += "; bs " + std::to_string(bs) + ": inferred from bs " + std::to_string(from);
+      v.inferred = true;
       continue;
     }
     at::Tensor xb = resize_batch(x, bs);
     auto run_f = [&] { layer.forward({xb}); };
     auto run_q = [&] { run_kernel(k, xb, aq).dequantize(); };
     const std::string key = k.key + "/x=" + shape_text(x) + "/bs=" + std::to_string(bs);
-    const Timed t = timed_pair(cache, key, [&] { return look(run_f, run_q, true, 5, 100); });
+    const Timed t = timed_pair(cache, key, [&] { return look(run_f, run_q, kLayerLook, 5, 100); });
     const double tf = t.fp32, tq = t.int8;
     if (cache && cache->profile_all) profile_dynamic(*cache, k, xb, key, run_f);
     detail += (detail.empty() ? "" : "; ") + std::string("bs ") + std::to_string(bs) + ": int8 " +
               format_ms(tq) + " vs fp32 " + format_ms(tf);
-    if (!ladder.record(bs, tf, tq)) return "int8 slower than fp32 for this layer (" + detail + ")";
+    v.saving_ms[bs] = tf - tq;
+    if (!ladder.record(bs, tf, tq)) {
+      v.slower = "int8 slower than fp32 for this layer (" + detail + ")";
+      break;
+    }
   }
-  return "";
+  return v;
 }
 
 }  // namespace
@@ -344,13 +360,20 @@ LayerTimings time_int8_layers(const QuantizeContext& ctx, const torch::jit::Modu
                               const std::vector<int64_t>& batch_sizes) {
   LayerTimings out;
   const auto start = std::chrono::steady_clock::now();
+  bool inferred = false;
   auto time = [&](const Int8Layer& l) {
-    std::string why =
+    LayerVerdict v =
         time_layer(l.float_layer, l.kernel(), l.input, l.x, batch_sizes, ctx.timing_cache);
-    if (!why.empty()) out.slower.emplace_back(l.name, why);
+    if (!v.slower.empty()) {
+      out.slower.emplace_back(l.name, std::move(v.slower));
+      return;
+    }
+    inferred = inferred || v.inferred;
+    for (const auto& [bs, ms] : v.saving_ms) out.kept_saving_ms[bs] += ms;
   };
   // One that cannot be timed alone is left to the model-level check.
   for_each_int8_layer(ctx.plan, folded, observed, table, inputs, time, &out.untimed);
+  if (inferred) out.kept_saving_ms.clear();
   spdlog::debug("latency: layers timed alone ({:.2f} s): {} slower in int8, {} untimed",
                 seconds_since(start), out.slower.size(), out.untimed.size());
   return out;

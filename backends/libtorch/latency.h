@@ -45,6 +45,21 @@ constexpr double kInferAboveMs = 100;
 // speed-ups (docs/benchmarks.md) are at most 6.3% below the lower end's
 // between the ends.
 constexpr double kBetweenRatio = 2.0 / 3.0;
+// The never-slower check does not build the model without the layers
+// slower alone when the layers left int8 save, timed alone, less than this
+// share of the float model's time at a size where the planned model was
+// measured: a model-level comparison that close is a coin toss between two
+// runs of the same spec (docs/spec.md; ShuffleNetV2's one layer left:
+// 156.13 against 155.00 ms in one run, all float in the next), and the
+// published bytes would follow it.
+constexpr double kMeasurableShare = 0.05;
+// A layer timed alone: its first two timed pairs, each clean and 2x apart
+// the same way, decide (AbLook::decide_apart), as one clean pair of a slow
+// model does. On MobileNetV3-small at batch 1 on an AVX2 CPU, 42 of its 54
+// layers alone run 2-13x slower in int8 (LibTorch 1.13's scalar
+// quantize_per_tensor), and three more rounds of 5 ms each would not turn
+// that around: 25 ms saved per layer.
+constexpr double kLayerDecidesApart = 2.0;
 // A single timed call of at least this length decides a 2x difference.
 constexpr double kDecisiveMs = 10;
 // A model that already ran at another batch size (its plan compiled there)
@@ -97,6 +112,10 @@ struct LayerTimings {
   // (layer, reason): it could not be timed alone (left to the model-level
   // check).
   std::vector<std::pair<std::string, std::string>> untimed;
+  // Per batch size, what the layers int8 is not slower for save together,
+  // each timed alone with its quantize and dequantize (fp32 - int8, ms);
+  // empty when a size of one of them was inferred rather than measured.
+  std::map<int64_t, double> kept_saving_ms;
 };
 
 // Each quantized layer alone: its float op vs quantize + int8 op + dequantize

@@ -208,6 +208,26 @@ bool any_int8_left(const QuantizeContext& ctx, const StaticSession& s) {
   return false;
 }
 
+// "" when the layers left int8 (timed alone) save at least
+// kMeasurableShare of the float model's time at every size the planned
+// model was measured at, or cannot all be vouched for; else why the model
+// without the slower layers is not worth building and timing.
+std::string too_little_left(const LayerTimings& layers, const ModelCheck& planned) {
+  if (!layers.untimed.empty() || layers.kept_saving_ms.empty()) return "";
+  for (const auto& c : planned.cmp) {
+    const auto it = layers.kept_saving_ms.find(c.batch_size);
+    if (c.inferred_from > 0 || it == layers.kept_saving_ms.end()) continue;
+    if (it->second >= kMeasurableShare * c.fp32_ms) continue;
+    char share[96];
+    std::snprintf(share, sizeof share, " (%.1f%%, under the %.0f%% a whole-model comparison",
+                  100 * std::max(0.0, it->second) / c.fp32_ms, 100 * kMeasurableShare);
+    return "the layers int8 is not slower for, timed alone, would save " +
+           format_ms(std::max(0.0, it->second)) + " of the float model's " + format_ms(c.fp32_ms) +
+           " at batch " + std::to_string(c.batch_size) + share + " tells from noise)";
+  }
+  return "";
+}
+
 // Every layer float: the float model int8 lost to; each layer not yet kept
 // float for a reason gets `why`.
 Module all_float(QuantizeContext& ctx, StaticSession& s, FloatBaseline& base,
@@ -244,11 +264,15 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
       s.reasons[name] = reason;
     }
     s.steps->step("latency check");
-    if (!any_int8_left(ctx, s) || layers.slower.empty())
+    const std::string too_little = too_little_left(layers, planned);
+    if (!any_int8_left(ctx, s) || layers.slower.empty() || !too_little.empty())
       planned = with_crossover(ctx, s, base, q, sizes, planned);
     record_check(ctx, planned, "planned", speed);
     ModelCheck last = planned;
-    if (!any_int8_left(ctx, s)) {
+    if (!too_little.empty()) {
+      ctx.backend_meta["latency_check_without_slower_layers"] = "not built: " + too_little;
+      spdlog::info("static_ptq: model without the layers slower alone not built: {}", too_little);
+    } else if (!any_int8_left(ctx, s)) {
       ctx.warn(
           "static_ptq: every planned layer is slower in int8 than in fp32 on this machine; "
           "the artifact keeps every layer float" +

@@ -44,6 +44,9 @@ Round time_round(const std::function<void()>& fn, int iters = 1);
 // One clean call each, the longer over `above_ms`, one at most half the
 // other's time: a 2x difference that decides without more calls.
 bool twice_apart(const Round& a, const Round& b, double above_ms);
+// +1: B's call took at least `ratio` times A's, -1: A's at least `ratio`
+// times B's, each clean; 0 otherwise (AbLook::decide_apart).
+int apart_by(const std::pair<Round, Round>& ab, double ratio);
 
 // Per-call seconds of each function, `iters` rounds after `warmup` rounds;
 // within a round the functions run in alternating order, so that machine
@@ -80,12 +83,18 @@ struct AbRounds {
 // `more_of` (with warm false, no `first`): a shorter look's repeats, which
 // count toward `reps` (a longer look goes on from them instead of timing
 // them again); the new repeats are sized by their medians.
+// `decide_apart` (> 1, with warm): the first two timed pairs after the
+// warm-up, each clean and at least this many times apart in the same
+// direction, decide there (their means): a layer alone that int8 runs 10x
+// slower needs no medians. (The second warm-up call is no measure: the
+// profiling executor compiles a module's plan in it.)
 struct AbLook {
   int reps = 3;
   double budget_ms = 15;
   bool warm = true;
   const std::pair<Round, Round>* first = nullptr;
   const AbRounds* more_of = nullptr;
+  double decide_apart = 0;
 };
 // Medians (ms per call) of A and B. Contended repeats are dropped and run
 // again (at most 2 * reps more); `contended`: fewer than half of `reps` were

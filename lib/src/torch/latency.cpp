@@ -60,6 +60,12 @@ bool twice_apart(const Round& a, const Round& b, double above_ms) {
          !a.contended() && !b.contended();
 }
 
+int apart_by(const std::pair<Round, Round>& ab, double ratio) {
+  const Round &a = ab.first, &b = ab.second;
+  if (a.contended() || b.contended()) return 0;
+  return b.ms >= ratio * a.ms ? 1 : a.ms >= ratio * b.ms ? -1 : 0;
+}
+
 bool Round::contended() const {
   if (cpu_ms < 0.5 * ms) return true;
   if (delay_ms >= 0) return delay_ms > 0.1 * round_ms;
@@ -205,8 +211,10 @@ void add_round(AbRounds& r, const Round& x, const Round& y) {
 }
 
 // A look's opening: the warm-up calls (a slow pair with a 2x gap after one
-// clean call each decides there: `decided`) and its first timed pair, or
-// the shorter look it goes on from. The per-call times size its repeats.
+// clean call each decides there: `decided`; so do the first two timed
+// pairs with AbLook's decide_apart) and its first timed
+// pair, or the shorter look it goes on from. The per-call times size its
+// repeats.
 struct Opening {
   double ta = 0, tb = 0;
   bool decided = false;
@@ -234,6 +242,13 @@ Opening open_look(const std::function<void()>& a, const std::function<void()>& b
   o.first = how.first ? *how.first : std::make_pair(time_round(a), time_round(b));
   o.ta = std::max(o.first->first.ms, 1e-3);
   o.tb = std::max(o.first->second.ms, 1e-3);
+  if (how.decide_apart > 1 && how.warm && !how.first) {
+    const int way = apart_by(*o.first, how.decide_apart);
+    if (way == 0) return o;
+    const std::pair<Round, Round> next{time_round(a), time_round(b)};
+    if (apart_by(next, how.decide_apart) == way)
+      return {(o.ta + next.first.ms) / 2, (o.tb + next.second.ms) / 2, true, std::nullopt};
+  }
   return o;
 }
 

@@ -176,3 +176,38 @@ TEST_CASE("latency: a longer look goes on from a shorter one's repeats", "[laten
   // It stops at 5 clean repeats, or after its 15 tries on a busy machine.
   CHECK((m.rounds.a.size() == 5 || m.rounds.all_a.size() == s.rounds.all_a.size() + 15));
 }
+
+TEST_CASE("latency: two clean pairs far apart the same way decide a look where asked",
+          "[latency]") {
+  auto clean = [](double ms) {
+    tq::Round r;
+    r.ms = r.cpu_ms = r.round_ms = ms;
+    r.delay_ms = 0;
+    return r;
+  };
+  CHECK(tq::apart_by({clean(1), clean(2)}, 2) == 1);
+  CHECK(tq::apart_by({clean(2.5), clean(1)}, 2) == -1);
+  CHECK(tq::apart_by({clean(1), clean(1.9)}, 2) == 0);
+  tq::Round waited = clean(2);
+  waited.delay_ms = 0.5;  // its threads waited a quarter of the call for a CPU
+  CHECK(tq::apart_by({clean(1), waited}, 2) == 0);
+  // Busy loops of 0.5 and 3 ms, warmed up: decided on the two pairs after
+  // the two warm-up calls each (no repeats), or, when a pair was disturbed
+  // on a busy machine, measured in repeats as without decide_apart.
+  int calls = 0;
+  auto a = [&] {
+    ++calls;
+    spin(0.5)();
+  };
+  tq::AbLook decide{3, 15, /*warm=*/true};
+  decide.decide_apart = 2;
+  const tq::AbMedians d = tq::ab_medians_ms(a, spin(3), decide);
+  if (d.rounds.all_a.empty()) {
+    CHECK(calls == 4);
+    CHECK(d.a_ms < d.b_ms / 2);
+  } else {
+    CHECK(calls > 4);
+  }
+  // Without it a look always has its repeats.
+  CHECK_FALSE(tq::ab_medians_ms(a, spin(3), {3, 15, /*warm=*/true}).rounds.all_a.empty());
+}
