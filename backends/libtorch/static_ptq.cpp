@@ -138,6 +138,12 @@ std::vector<at::Tensor> slice_batch(const std::vector<at::Tensor>& in, int64_t n
   return out;
 }
 
+// Whether `path` is `module` or inside it.
+bool is_within(const std::string& path, const std::string& module) {
+  return path.compare(0, module.size(), module) == 0 &&
+         (path.size() == module.size() || path[module.size()] == '.');
+}
+
 // The modules whose layers are all float, outermost first: under the root
 // qconfig LibTorch's pass would still quantize the ops among those layers
 // that it quantizes with observers of their own (a Hardswish module; an add
@@ -150,14 +156,17 @@ std::vector<at::Tensor> slice_batch(const std::vector<at::Tensor>& in, int64_t n
 std::vector<std::string> float_only_modules(const Module& folded,
                                             const std::set<std::string>& float_layers,
                                             const std::set<std::string>& int8_layers) {
-  // Whether a layer is `path` or inside it ("path.*" sorts after "path").
+  // Whether a layer is `path` or inside it (those sort from `path` on,
+  // among the names that begin with it).
   auto holds_any = [](const std::set<std::string>& layers, const std::string& path) {
     for (auto it = layers.lower_bound(path);
          it != layers.end() && it->compare(0, path.size(), path) == 0; ++it)
-      if (it->size() == path.size() || (*it)[path.size()] == '.') return true;
+      if (is_within(*it, path)) return true;
     return false;
   };
   std::vector<std::string> out;
+  // module_instances lists a module before what it holds, and all of that
+  // right after it: a module inside one already taken follows it.
   for (const auto& inst : jit::module_instances(folded)) {
     if (inst.path.empty() || float_layers.count(inst.path)) continue;
     if (!out.empty() && inst.path.rfind(out.back() + ".", 0) == 0) continue;  // inside one
@@ -181,10 +190,8 @@ void separate_modules_above(jit::QConfigs& qd, const std::set<std::string>& own,
                             const std::vector<std::string>& float_modules,
                             const std::function<jit::QConfig()>& root_copy) {
   auto in_float_module = [&](const std::string& path) {
-    for (const auto& m : float_modules)
-      if (path.compare(0, m.size(), m) == 0 && (path.size() == m.size() || path[m.size()] == '.'))
-        return true;
-    return false;
+    return std::any_of(float_modules.begin(), float_modules.end(),
+                       [&](const std::string& m) { return is_within(path, m); });
   };
   for (const auto& name : own)
     for (auto dot = name.rfind('.'); dot != std::string::npos && dot > 0;
