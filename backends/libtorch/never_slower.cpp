@@ -218,12 +218,13 @@ std::string too_little_left(const LayerTimings& layers, const ModelCheck& planne
     const auto it = layers.kept_saving_ms.find(c.batch_size);
     if (c.inferred_from > 0 || it == layers.kept_saving_ms.end()) continue;
     if (it->second >= kMeasurableShare * c.fp32_ms) continue;
+    const double saving = std::max(0.0, it->second);
     char share[96];
     std::snprintf(share, sizeof share, " (%.1f%%, under the %.0f%% a whole-model comparison",
-                  100 * std::max(0.0, it->second) / c.fp32_ms, 100 * kMeasurableShare);
-    return "the layers int8 is not slower for, timed alone, would save " +
-           format_ms(std::max(0.0, it->second)) + " of the float model's " + format_ms(c.fp32_ms) +
-           " at batch " + std::to_string(c.batch_size) + share + " tells from noise)";
+                  100 * saving / c.fp32_ms, 100 * kMeasurableShare);
+    return "the layers int8 is not slower for, timed alone, would save " + format_ms(saving) +
+           " of the float model's " + format_ms(c.fp32_ms) + " at batch " +
+           std::to_string(c.batch_size) + share + " tells from noise)";
   }
   return "";
 }

@@ -55,15 +55,14 @@ std::atomic<long> g_contended{0};
 
 }  // namespace
 
-bool twice_apart(const Round& a, const Round& b, double above_ms) {
-  return std::max(a.ms, b.ms) > above_ms && (b.ms <= 0.5 * a.ms || a.ms <= 0.5 * b.ms) &&
-         !a.contended() && !b.contended();
-}
-
 int apart_by(const std::pair<Round, Round>& ab, double ratio) {
   const Round &a = ab.first, &b = ab.second;
   if (a.contended() || b.contended()) return 0;
   return b.ms >= ratio * a.ms ? 1 : a.ms >= ratio * b.ms ? -1 : 0;
+}
+
+bool twice_apart(const Round& a, const Round& b, double above_ms) {
+  return std::max(a.ms, b.ms) > above_ms && apart_by({a, b}, 2) != 0;
 }
 
 bool Round::contended() const {
@@ -211,10 +210,9 @@ void add_round(AbRounds& r, const Round& x, const Round& y) {
 }
 
 // A look's opening: the warm-up calls (a slow pair with a 2x gap after one
-// clean call each decides there: `decided`; so do the first two timed
-// pairs with AbLook's decide_apart) and its first timed
-// pair, or the shorter look it goes on from. The per-call times size its
-// repeats.
+// clean call each decides there: `decided`; so do the first two timed pairs
+// with AbLook's decide_apart) and its first timed pair, or the shorter look
+// it goes on from. The per-call times size its repeats.
 struct Opening {
   double ta = 0, tb = 0;
   bool decided = false;
