@@ -90,10 +90,14 @@ using FloatModel = std::function<const torch::jit::Module&()>;
 // slower (so a crossover is found both ways); the result is in ascending
 // order. Each pair comes from `cache` under `key` when it holds it, else is
 // measured and recorded there (`cache` may be null: measure, keep nothing).
+// `ran` (may be null), in: these two modules already ran in this process
+// (an earlier comparison measured them: the profiling executor compiled
+// their plans there, and a new size pays only its own one-time costs); out:
+// whether they have run by now.
 std::vector<LatencyPair> compare_model_latency(
     const FloatModel& fp32, const torch::jit::Module& int8, const std::vector<at::Tensor>& sample,
     std::vector<int64_t> batch_sizes, TimingCache* cache, const std::string& key,
-    double ends_ratio = kBetweenRatio, bool crossover = true);
+    double ends_ratio = kBetweenRatio, bool crossover = true, bool* ran = nullptr);
 
 // The timing-cache key of the float model with `table`'s int8 layers: a
 // hash of its graph and parameter shapes, the sample's shapes and what the

@@ -137,20 +137,25 @@ std::string mixed_speed(const std::vector<LatencyPair>& cmp, nlohmann::json& sum
 
 // One whole-model comparison: its pairs, the figures where int8 is slower
 // ("" when nowhere), and where it wins and loses (mixed_speed).
+// `ran`: both models ran in it (not only from the timing cache).
 struct ModelCheck {
   std::vector<LatencyPair> cmp;
   std::string slower, mixed;
   nlohmann::json summary;
+  bool ran = false;
 };
 
 // The int8 model against the float one at the covered batch sizes
-// (compare_model_latency with `crossover` and `ends_ratio`).
+// (compare_model_latency with `crossover` and `ends_ratio`); `ran`: these
+// two modules ran in an earlier check.
 ModelCheck check_model(QuantizeContext& ctx, const StaticSession& s, FloatBaseline& base,
                        const Module& q, const std::vector<int64_t>& sizes, bool crossover,
-                       double ends_ratio = kBetweenRatio) {
+                       double ends_ratio = kBetweenRatio, bool ran = false) {
   ModelCheck m;
+  m.ran = ran;
   m.cmp = compare_model_latency(base.model(), q, s.holdout, sizes, ctx.timing_cache,
-                                model_timing_key(ctx, *s.table, s.holdout), ends_ratio, crossover);
+                                model_timing_key(ctx, *s.table, s.holdout), ends_ratio, crossover,
+                                &m.ran);
   m.mixed = mixed_speed(m.cmp, m.summary);
   m.summary["covered_batch_sizes"] = sizes;
   const bool slower = std::any_of(m.cmp.begin(), m.cmp.end(), [](const LatencyPair& c) {
@@ -191,11 +196,13 @@ void record_check(QuantizeContext& ctx, const ModelCheck& m, const char* stage,
 
 // The planned model's comparison, from the largest size down too (the
 // crossover the warning names): the sizes the first look measured come
-// from the timing cache, with the flags that look had.
+// from the timing cache, with the flags that look had; the same two
+// modules, whose plans the first look compiled (a new size then costs
+// ShuffleNetV2 at batch 32 four calls, not ten: 1.9 s -> docs/benchmarks.md).
 ModelCheck with_crossover(QuantizeContext& ctx, const StaticSession& s, FloatBaseline& base,
                           const Module& q, const std::vector<int64_t>& sizes,
                           const ModelCheck& first) {
-  ModelCheck m = check_model(ctx, s, base, q, sizes, /*crossover=*/true);
+  ModelCheck m = check_model(ctx, s, base, q, sizes, /*crossover=*/true, kBetweenRatio, first.ran);
   for (auto& c : m.cmp)
     for (const auto& f : first.cmp)
       if (f.batch_size == c.batch_size) c.contended = c.contended || f.contended;

@@ -24,7 +24,7 @@ struct Times {
 // timed on the two identity models, which is what `measured` tells apart.
 std::vector<LatencyPair> compare(const std::map<int64_t, Times>& times,
                                  const std::vector<int64_t>& sizes, double ends_ratio,
-                                 bool crossover = true) {
+                                 bool crossover = true, bool* ran = nullptr) {
   torch::jit::Module m("identity");
   m.define("def forward(self, x):\n  return x\n");
   tq::TimingCache cache{tq::TimingEnv{}};
@@ -34,7 +34,7 @@ std::vector<LatencyPair> compare(const std::map<int64_t, Times>& times,
   }
   return tq::libtorch::compare_model_latency([&]() -> const torch::jit::Module& { return m; }, m,
                                              {at::zeros({1, 4})}, sizes, &cache, "model/k",
-                                             ends_ratio, crossover);
+                                             ends_ratio, crossover, ran);
 }
 
 std::vector<int64_t> measured(const std::vector<LatencyPair>& cmp) {
@@ -122,4 +122,23 @@ TEST_CASE("never-slower check: a long cold pair decides only a clear, clean diff
   tq::Round slept = clean(0.5 * f);
   slept.cpu_ms = 0.1 * f;
   CHECK_FALSE(cold_pair_decides(clean(f), slept));
+}
+
+TEST_CASE("never-slower check: a comparison says whether the two models ran in it", "[latency]") {
+  // The crossover look goes on from the first on the same two modules: it
+  // knows their plans are compiled only from this flag (with_crossover).
+  const std::vector<int64_t> sizes{1, 2, 4, 8};
+  const std::map<int64_t, Times> all{{1, {10, 9}}, {2, {20, 22}}, {4, {40, 44}}, {8, {80, 88}}};
+  bool ran = false;
+  (void)compare(all, sizes, tq::libtorch::kBetweenRatio, true, &ran);
+  CHECK_FALSE(ran);  // every pair from the timing cache: nothing ran
+  ran = true;
+  (void)compare(all, sizes, tq::libtorch::kBetweenRatio, true, &ran);
+  CHECK(ran);  // they ran before: still so
+  ran = false;
+  std::map<int64_t, Times> without_8 = all;
+  without_8.erase(8);
+  const auto cmp = compare(without_8, sizes, tq::libtorch::kBetweenRatio, true, &ran);
+  CHECK(ran);  // batch 8 was measured on the identity models
+  CHECK(cmp.back().batch_size == 8);
 }
