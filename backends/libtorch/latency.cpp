@@ -251,7 +251,8 @@ std::vector<LatencyPair> compare_model_latency(const FloatModel& fp32,
   std::sort(batch_sizes.begin(), batch_sizes.end());
   batch_sizes.erase(std::unique(batch_sizes.begin(), batch_sizes.end()), batch_sizes.end());
   std::map<int64_t, LatencyPair> measured;
-  bool compiled = ran && *ran;  // both modules ran at another size
+  bool ran_here = false;
+  bool& compiled = ran ? *ran : ran_here;  // both modules ran (at another size, or before)
   auto measure = [&](int64_t bs) {
     auto it = measured.find(bs);
     if (it != measured.end()) return it->second;
@@ -260,7 +261,6 @@ std::vector<LatencyPair> compare_model_latency(const FloatModel& fp32,
       torch::jit::Module f = fp32();
       const Timed r = measure_models(f, q, sample, bs, compiled);
       compiled = true;
-      if (ran) *ran = true;
       return r;
     });
     spdlog::debug("latency: model at batch {}: fp32 {}, int8 {} ({:.2f} s)", bs, format_ms(t.fp32),

@@ -198,7 +198,8 @@ void record_check(QuantizeContext& ctx, const ModelCheck& m, const char* stage,
 // crossover the warning names): the sizes the first look measured come
 // from the timing cache, with the flags that look had; the same two
 // modules, whose plans the first look compiled (a new size then costs
-// ShuffleNetV2 at batch 32 four calls, not ten: 1.9 s -> docs/benchmarks.md).
+// ShuffleNetV2 at batch 32 six calls, not ten: 1.84 -> 1.24 s,
+// docs/benchmarks.md).
 ModelCheck with_crossover(QuantizeContext& ctx, const StaticSession& s, FloatBaseline& base,
                           const Module& q, const std::vector<int64_t>& sizes,
                           const ModelCheck& first) {
