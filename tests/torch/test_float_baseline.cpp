@@ -207,7 +207,7 @@ TEST_CASE("never-slower: layers kept float after the first pass keep the float m
     CHECK(std::any_of(stages.begin(), stages.end(),
                       [](const json& c) { return c["stage"] == "without slower layers"; }));
     for (const auto& l : report["layers"])
-      if (l["kind"] == "Conv2d") CHECK(l["kept_float"] == true);
+      if (l.at("class") == "Conv2d") CHECK(l.at("kept_float") == true);
     torch::jit::Module a = torch::jit::load(out.artifact_path);
     a.eval();
     torch::NoGradGuard ng;
@@ -289,8 +289,8 @@ TEST_CASE("never-slower: no second model where the layers left int8 save too lit
   CHECK(why.find("0.030 ms of the float model's 1.00 ms at batch 1 (3.0%") != std::string::npos);
   CHECK(little["totals"]["quantized_layers"] == 0);
   for (const auto& l : little["layers"])
-    if (l["kind"] == "Linear")
-      CHECK(l["reason"].get<std::string>().find("int8 model slower than fp32") !=
+    if (l.at("class") == "Linear")
+      CHECK(l.at("reason").get<std::string>().find("int8 model slower than fp32") !=
             std::string::npos);
   const json enough = run("enough", 0.9);
   CHECK(second_model(enough));
