@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 namespace CLI {
 class App;

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "convert.h"
 #include "taoquant/export.h"

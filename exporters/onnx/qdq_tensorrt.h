@@ -12,7 +12,7 @@
 #include <set>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "qdq.h"
 #include "taoquant/record.h"

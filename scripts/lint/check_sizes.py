@@ -15,8 +15,9 @@ import pathlib
 import re
 import sys
 
+from tree import sources, verdict
+
 DIRS = ("lib", "backends", "apps")
-SUFFIXES = (".cpp", ".h", ".cc", ".hpp")
 DEF_RE = re.compile(r"\)\s*(const)?\s*(noexcept)?\s*(override)?\s*(->\s*[\w:<>,\s*&]+)?\s*(:.*)?\{\s*$")
 CONTROL_RE = re.compile(r"^\s*(if|for|while|switch|catch|else|do|try)\b")
 
@@ -64,21 +65,16 @@ def main():
     a = ap.parse_args()
     root = pathlib.Path(a.root)
     bad = []
-    for d in DIRS:
-        for p in sorted((root / d).rglob("*")):
-            if p.suffix not in SUFFIXES or p.name.endswith("_test.cpp"):
-                continue
-            lines = p.read_text(errors="replace").splitlines()
-            rel = p.relative_to(root)
-            if len(lines) > a.max_file:
-                bad.append(f"{rel}: {len(lines)} lines (max {a.max_file})")
-            for sig, first, n in functions(lines):
-                if n > a.max_function:
-                    bad.append(f"{rel}:{first}: function of {n} lines (max {a.max_function}): {sig[:70]}")
-    for b in bad:
-        print(b)
-    print(f"check_sizes: {len(bad)} over the limits" if bad else "check_sizes: all files and functions fit")
-    return 1 if bad else 0
+    for p, rel in sources(root, DIRS):
+        if p.name.endswith("_test.cpp"):
+            continue
+        lines = p.read_text(errors="replace").splitlines()
+        if len(lines) > a.max_file:
+            bad.append(f"{rel}: {len(lines)} lines (max {a.max_file})")
+        for sig, first, n in functions(lines):
+            if n > a.max_function:
+                bad.append(f"{rel}:{first}: function of {n} lines (max {a.max_function}): {sig[:70]}")
+    return verdict("check_sizes", bad, "over the limits", "all files and functions fit")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@
 #include <iostream>
 #include <regex>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "../unit/batch_junit.h"
 #include "../unit/doc_snippets.h"

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 namespace tqtest {
 

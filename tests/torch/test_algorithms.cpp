@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "algorithm_test_util.h"
 #include "taoquant/data.h"

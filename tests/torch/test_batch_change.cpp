@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "../../backends/libtorch/static_session.h"
 #include "taoquant/pipeline.h"

@@ -16,7 +16,7 @@
 #include <functional>
 #include <thread>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "../unit/batch_junit.h"
 #include "../unit/batch_test_util.h"

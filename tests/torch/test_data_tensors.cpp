@@ -7,7 +7,7 @@
 #include <set>
 
 #include <torch/script.h>
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/data.h"
 #include "test_data_util.h"

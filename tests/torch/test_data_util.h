@@ -16,7 +16,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/data.h"
 #include "taoquant/error.h"

@@ -15,7 +15,7 @@
 #include <functional>
 #include <set>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/jit.h"
 #include "taoquant/model.h"

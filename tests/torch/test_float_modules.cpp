@@ -16,7 +16,7 @@
 #include <fstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/jit.h"
 #include "taoquant/pipeline.h"

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/observer.h"
 

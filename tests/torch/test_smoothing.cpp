@@ -6,7 +6,7 @@
 #include <torch/script.h>
 #include <catch2/catch.hpp>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "algorithm_test_util.h"
 #include "taoquant/calibration.h"

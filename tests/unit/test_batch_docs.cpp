@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <set>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "batch_test_util.h"
 #include "doc_snippets.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "spec/node.h"
 #include "taoquant/spec.h"

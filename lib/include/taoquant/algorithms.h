@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/enums.h"
 #include "taoquant/error.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/error.h"
 #include "taoquant/hash.h"

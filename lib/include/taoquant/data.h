@@ -10,7 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/spec.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/enums.h"
 #include "taoquant/error.h"

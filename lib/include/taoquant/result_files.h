@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 namespace tq {
 

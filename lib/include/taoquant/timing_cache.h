@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/error.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/algorithms.h"
 #include "taoquant/formats.h"

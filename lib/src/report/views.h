@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 namespace tq::html_view {
 

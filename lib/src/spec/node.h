@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "core/messages.h"
 #include "taoquant/error.h"

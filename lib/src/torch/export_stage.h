@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/backend.h"
 #include "taoquant/export.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "taoquant/backend.h"
 #include "taoquant/pipeline.h"

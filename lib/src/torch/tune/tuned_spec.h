@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "taoquant/json.h"
 
 #include "simulator.h"
 #include "taoquant/plan.h"
