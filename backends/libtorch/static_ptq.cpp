@@ -280,6 +280,11 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
 
   torch::NoGradGuard no_grad;
   NoGraphOptimization no_opt;
+  // The observed model as calibration runs it: its own graphs, with max
+  // pooling through oneDNN (the same values, jit.h); the observers are the
+  // table's, bound above.
+  Module runner = s.observed.clone(/*inplace=*/true);
+  jit::onednn_max_pools(runner);
   // `tapped`: the pass also captures the layer inputs and the output.
   auto run = [&](const std::vector<at::Tensor>& in, bool tapped = false) {
     std::vector<c10::IValue> iv(in.begin(), in.end());
@@ -288,7 +293,7 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
         s.cap = capture_layers(s.observed, in, s.capture_options());
         s.captured = true;
       } else {
-        s.observed.forward(iv);
+        runner.forward(iv);
       }
     } catch (const std::exception&) {
       // The first pass over the data: does the data fit the model at all?
