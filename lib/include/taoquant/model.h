@@ -74,8 +74,8 @@ size_t model_tensor_bytes(const torch::jit::Module& model);
 // rename, creating parent directories. Never leaves a half-written file.
 void write_file_atomic(const std::string& path, const std::string& data);
 
-// Saves a module (with extra files) atomically.
+// Saves a module (with extra files, moved into the archive) atomically.
 void save_module_atomic(const torch::jit::Module& model, const std::string& path,
-                        const std::map<std::string, std::string>& extra_files);
+                        std::map<std::string, std::string> extra_files);
 
 }  // namespace tq

@@ -102,7 +102,7 @@ void save_record(const QuantRecord& r, const std::string& path) {
   std::map<std::string, std::string> extra;
   extra[kJson] = j.dump(1);
   extra[kCodes] = std::move(codes);
-  save_module_atomic(*r.model, path, extra);
+  save_module_atomic(*r.model, path, std::move(extra));
 }
 
 QuantRecord load_record(const std::string& path) {
