@@ -1,10 +1,11 @@
 // Sensitivity and tune through the tao-quant binary, on trained
 // Fashion-MNIST nets: the layer with an activation outlier ranks first;
-// tune meets max_top1_drop on the MobileNetV2- and EfficientNet-style nets
-// with fewer float layers (or bits) than the revert-worst-SQNR baseline;
-// tuned_spec.yaml reproduces the artifact byte for byte (weight-only and
-// static with its timing cache); effective_bits holds; a gate no candidate
-// meets exits 3 and still leaves the best one; bad tune specs exit 2.
+// a quantize report's table sees the model as loaded, not as the backend
+// changed it (inspect's numbers on the same samples); tune meets max_top1_drop on the MobileNetV2-
+// and EfficientNet-style nets with fewer float layers (or bits) than the revert-worst-SQNR
+// baseline; tuned_spec.yaml reproduces the artifact byte for byte (weight-only and static with its
+// timing cache); effective_bits holds; a gate no candidate meets exits 3 and still leaves the best
+// one; bad tune specs exit 2.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -177,6 +178,40 @@ TEST_CASE("sensitivity in every quantize report: automatic, about one calibratio
   REQUIRE(r.rc == 0);
   const json w = tqtest::read_json((bare.path() / "out" / "quantize_report.json").string());
   CHECK_THAT(w["sensitivity"]["skipped"].get<std::string>(), Contains("no evaluation data"));
+}
+
+TEST_CASE("sensitivity in a quantize report: the model as loaded, not as the run changed it",
+          "[cli][tune]") {
+  // Weight-only: the backend puts the int8 weights into the loaded module.
+  // The table must still see the float model: the same numbers as
+  // `inspect --sensitivity`, which runs no backend, on the same samples.
+  tqtest::TempDir dir("sens_float");
+  const auto spec =
+      spec_for(dir, "cnn_outlier.pt", "  mode: weight_only_ptq\n  default_layer_dtype: int8\n");
+  auto r = tao("quantize -e " + tqtest::quote(spec));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const json rep = tqtest::read_json((dir.path() / "out" / "quantize_report.json").string());
+  const json& s = rep["sensitivity"];
+  REQUIRE(s["automatic"] == true);
+  const size_t samples = s["samples"];
+  REQUIRE(samples == 7);  // nothing calibrated: 64 samples over 2L+2 = 10 probes
+  r = tao("inspect -e " + tqtest::quote(spec) + " --sensitivity --json --samples " +
+          std::to_string(samples));
+  REQUIRE(r.rc == 0);
+  const json ref = json::parse(r.out.substr(r.out.find('{')));
+  CHECK(s["float_top1"] == ref["float_top1"]);
+  CHECK(s["all_quantized"]["sqnr_db"].get<double>() ==
+        Approx(ref["all_quantized"]["sqnr_db"].get<double>()).epsilon(1e-7));
+  REQUIRE(s["layers"].size() == ref["layers"].size());
+  for (size_t i = 0; i < ref["layers"].size(); ++i) {
+    INFO(ref["layers"][i]["name"]);
+    CHECK(s["layers"][i]["name"] == ref["layers"][i]["name"]);
+    CHECK(s["layers"][i]["worst_sqnr_db"].get<double>() ==
+          Approx(ref["layers"][i]["worst_sqnr_db"].get<double>()).epsilon(1e-7));
+    CHECK(s["layers"][i]["float_gain_db"].get<double>() ==
+          Approx(ref["layers"][i]["float_gain_db"].get<double>()).epsilon(1e-7));
+  }
 }
 
 namespace {
