@@ -1,11 +1,12 @@
 // Sensitivity and tune through the tao-quant binary, on trained
-// Fashion-MNIST nets: the layer with an activation outlier ranks first;
-// a quantize report's table sees the model as loaded, not as the backend
-// changed it (inspect's numbers on the same samples); tune meets max_top1_drop on the MobileNetV2-
-// and EfficientNet-style nets with fewer float layers (or bits) than the revert-worst-SQNR
-// baseline; tuned_spec.yaml reproduces the artifact byte for byte (weight-only and static with its
-// timing cache); effective_bits holds; a gate no candidate meets exits 3 and still leaves the best
-// one; bad tune specs exit 2.
+// Fashion-MNIST nets: the layer with an activation outlier ranks first; a
+// quantize report's table sees the model as loaded, not as the backend
+// changed it (inspect's numbers on the same samples); tune meets
+// max_top1_drop on the MobileNetV2- and EfficientNet-style nets with fewer
+// float layers (or bits) than the revert-worst-SQNR baseline;
+// tuned_spec.yaml reproduces the artifact byte for byte (weight-only and
+// static with its timing cache); effective_bits holds; a gate no candidate
+// meets exits 3 and still leaves the best one; bad tune specs exit 2.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
