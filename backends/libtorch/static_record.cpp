@@ -63,39 +63,76 @@ std::map<int64_t, int> record_ranges(QuantizeContext& ctx, StaticSession& s) {
   return index;
 }
 
+// `b` on the grid s_in * s_w[c] (as the exporter writes the step:
+// float(s_in) * float(s_w[c])), in place; the largest move, in steps.
+double snap_bias(at::Tensor b, const QParams& aq, const QParams& wq) {
+  torch::NoGradGuard ng;
+  at::Tensor bf = b.detach().to(at::kDouble).contiguous();
+  double largest = 0;
+  for (int64_t c = 0; c < bf.numel(); ++c) {
+    const float step = aq.scale[0] * wq.scale[wq.scale.size() == 1 ? 0 : static_cast<size_t>(c)];
+    double& v = bf.data_ptr<double>()[c];
+    const double snapped = std::nearbyint(v / step) * double(step);
+    largest = std::max(largest, std::abs(snapped - v) / step);
+    v = snapped;
+  }
+  b.detach().copy_(bf.to(b.scalar_type()));  // in place: `observed` shares it
+  return largest;
+}
+
+// The bias at attribute path `path` of `m`, or nullopt.
+std::optional<at::Tensor> bias_at(const torch::jit::Module& m, const std::string& path) {
+  const auto dot = path.rfind('.');
+  const torch::jit::Module owner =
+      dot == std::string::npos ? m : find_submodule(m, path.substr(0, dot));
+  const std::string attr = dot == std::string::npos ? path : path.substr(dot + 1);
+  if (!owner.hasattr(attr) || !owner.attr(attr).isTensor()) return std::nullopt;
+  return owner.attr(attr).toTensor();
+}
+
 }  // namespace
 
 void snap_biases(QuantizeContext& ctx, StaticSession& s) {
   const auto inputs = layer_input_observers(s.observed);
-  size_t moved = 0;
-  double largest = 0;  // in steps of the output scale... of the accumulator
+  size_t moved = 0, unplanned = 0;
+  double largest = 0;  // in steps of the accumulator
+  std::set<std::string> planned;
   for (const auto& lp : ctx.plan.layers) {
     const std::string& name = lp.info.name;
+    planned.insert(name + ":weight");
     const ObserverSlot* ws = s.table->find_label(name + ":weight");
     auto in = inputs.find(name);
     const ObserverSlot* as = in == inputs.end() ? nullptr : s.table->find_path(in->second);
     if (!lp.quantized() || s.reasons.count(name) || !ws || !as || as->calls == 0) continue;
-    auto layer = find_submodule(s.folded, name);
-    if (!layer.hasattr("bias") || !layer.attr("bias").isTensor()) continue;
-    at::Tensor b = layer.attr("bias").toTensor();
-    s.float_biases.emplace(name + ".bias", b.detach().clone());
+    const auto b = bias_at(s.folded, name + ".bias");
     const QParams &wq = s.table->qparams(ws->id), &aq = s.table->qparams(as->id);
-    if (aq.scale.size() != 1) continue;
-    torch::NoGradGuard ng;
-    at::Tensor bf = b.detach().to(at::kDouble).contiguous();
-    for (int64_t c = 0; c < bf.numel(); ++c) {
-      // The step as the exporter writes it: float(s_in) * float(s_w[c]).
-      const float step = aq.scale[0] * wq.scale[wq.scale.size() == 1 ? 0 : static_cast<size_t>(c)];
-      double& v = bf.data_ptr<double>()[c];
-      const double snapped = std::nearbyint(v / step) * double(step);
-      largest = std::max(largest, std::abs(snapped - v) / step);
-      v = snapped;
-    }
-    b.detach().copy_(bf.to(b.scalar_type()));  // in place: `observed` shares it
+    if (!b || aq.scale.size() != 1) continue;
+    s.float_biases.emplace(name + ".bias", b->detach().clone());
+    largest = std::max(largest, snap_bias(*b, aq, wq));
     ++moved;
   }
-  ctx.backend_meta["biases_on_accumulator_grid"] = {{"layers", moved},
-                                                    {"largest_move_in_steps", largest}};
+  // Linears LibTorch quantizes that no planned layer owns: their biases
+  // float again first (an earlier pass may have snapped one that this
+  // observation leaves float), then on the grid where they are int8.
+  torch::NoGradGuard ng;
+  for (const auto& path : s.unplanned_biases)
+    if (auto b = bias_at(s.folded, path)) b->detach().copy_(s.float_biases.at(path));
+  for (const auto& l : unplanned_linears(s.observed)) {
+    const ObserverSlot* ws = s.table->find_path(l.weight);
+    const ObserverSlot* as = s.table->find_path(l.input);
+    const auto b = bias_at(s.folded, l.bias);
+    if (!ws || !as || as->calls == 0 || planned.count(ws->label) || !b) continue;
+    const QParams &wq = s.table->qparams(ws->id), &aq = s.table->qparams(as->id);
+    if (aq.scale.size() != 1 ||
+        (wq.scale.size() != 1 && wq.scale.size() != static_cast<size_t>(b->numel())))
+      continue;
+    s.float_biases.emplace(l.bias, b->detach().clone());
+    s.unplanned_biases.insert(l.bias);
+    largest = std::max(largest, snap_bias(*b, aq, wq));
+    ++unplanned;
+  }
+  ctx.backend_meta["biases_on_accumulator_grid"] = {
+      {"layers", moved}, {"unplanned_linears", unplanned}, {"largest_move_in_steps", largest}};
 }
 
 void record_static(QuantizeContext& ctx, StaticSession& s, bool float_artifact) {
@@ -108,7 +145,8 @@ void record_static(QuantizeContext& ctx, StaticSession& s, bool float_artifact) 
   // float artifact's too: every layer kept float after they moved).
   for (const auto& [path, fb] : s.float_biases) {
     const auto dot = path.rfind('.');
-    const at::Tensor now = find_submodule(s.folded, path.substr(0, dot)).attr("bias").toTensor();
+    const at::Tensor now =
+        find_submodule(s.folded, path.substr(0, dot)).attr(path.substr(dot + 1)).toTensor();
     if (!now.equal(fb)) {
       const at::Tensor f = fb.to(at::kFloat).contiguous();
       ctx.record().float_values[path].assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());

@@ -42,6 +42,9 @@ struct StaticSession {
   // Each layer's bias (attribute path in `folded`) before bias correction
   // and the accumulator grid moved it: the float model's.
   std::map<std::string, at::Tensor> float_biases;
+  // Those of float_biases that are biases of linears no planned layer owns
+  // (nn.MultiheadAttention's in_proj_bias), snapped by snap_biases.
+  std::set<std::string> unplanned_biases;
   // Each layer's float input and output (leading samples) and the model's
   // float output on the held-out batch: one pass of a tapped copy of
   // `folded`, or of `observed` when the held-out batch is also the only

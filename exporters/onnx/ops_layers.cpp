@@ -94,14 +94,17 @@ void convolution(Converter& c, Node* n) {
 // aten::linear(input, weight, bias): Gemm on 2-D inputs; other ranks are
 // flattened to 2-D around it, so that runtimes fuse the quantized form.
 // A Linear whose weight is a quantized constant no planned layer owns
-// (nn.MultiheadAttention's in_proj): a Gemm on its Q/DQ weight, so that the
-// runtime fuses it as it fuses the layers.
+// (nn.MultiheadAttention's in_proj): a Gemm on its Q/DQ weight and its input
+// Q/DQ (the quantized range it carries through the reshape), with the bias
+// on the accumulator's grid as the backend put it, so that the runtime fuses
+// it as it fuses the layers and adds the same bias.
 void quantized_constant_linear(Converter& c, Node* n, const std::string& w) {
   QuantPolicy& p = *c.opts.policy;
   const auto& wd = c.dims(n->input(1));
   std::string x = in(c, n, 0);
   const bool flat = c.dims(n->input(0)).size() != 2;
-  if (flat) x = reshape_to(c, n, x, {-1, wd.at(1)});
+  if (flat) x = p.passed(c, "aten::reshape", x, reshape_to(c, n, x, {-1, wd.at(1)}));
+  x = p.layer_input(c, "", x);  // no layer's recorded input: the range x carries
   std::vector<std::string> ins{x, w};
   if (!c.is_none(n->input(2)))
     ins.push_back(c.is_constant(n->input(2))

@@ -13,12 +13,13 @@
 #                      resnet.pt (a narrow ResNet: residual blocks, BN),
 #                      effnet.pt (EfficientNet-style: SiLU, squeeze-excite),
 #                      vit_qkv.pt (timm-style ViT), vit_qkv_outliers.pt (its
-#                      LayerNorm outputs with outlier channels, make_outliers.py)}
+#                      LayerNorm outputs with outlier channels, make_outliers.py),
+#                      vit.pt (the ViT with nn.TransformerEncoder: in_proj)}
 #           demo    -> OUTDIR/fmnist/{test.npz,calib.npz,calib_png,test_png,cnn.pt,cnn.json}:
 #                      what scripts/demo.sh needs (a part of fmnist)
 #           tv      -> OUTDIR/tv/{resnet18.pt,imagenet_rand_n8_224.npz}
 #           tiny    -> OUTDIR/tiny/ (random-weight transformer encoder, EfficientNet-B0, DenseNets)
-#           extra   -> OUTDIR/fmnist/{cnn_bn,resnet,vit,mlp}.pt (+ .json); not in "all"
+#           extra   -> OUTDIR/fmnist/{cnn_bn,resnet,mlp}.pt (+ .json); not in "all"
 #           all     -> fmnist tv tiny (the default)
 #         The test fixtures build the same in groups (tests/CMakeLists.txt), so that
 #         one net that fails does not fail the tests of the others:
@@ -26,7 +27,7 @@
 #           mbv2    -> the fmnist data, mbv2, mbv2_imbalanced
 #           resnet  -> the fmnist data, resnet
 #           effnet  -> the fmnist data, effnet
-#           vit     -> the fmnist data, vit_qkv, vit_qkv_outliers
+#           vit     -> the fmnist data, vit_qkv, vit_qkv_outliers, vit
 #
 # Environment: TQ_MODELS_RECIPE=test (default) trains each Fashion-MNIST net
 # on a subset of the training set for fewer epochs (what the tests need: a
@@ -283,12 +284,13 @@ fi
 if [[ ${want_vit} -eq 1 ]]; then
   fmnist_model vit_qkv
   fmnist_variant make_outliers.py vit_qkv.pt vit_qkv_outliers.pt
+  fmnist_model vit
 fi
 if [[ ${want_tv} -eq 1 ]]; then
   tv_models
 fi
 if [[ ${want_extra} -eq 1 ]]; then
-  for arch in cnn_bn resnet vit mlp; do
+  for arch in cnn_bn resnet mlp; do
     fmnist_model "${arch}"
   done
 fi

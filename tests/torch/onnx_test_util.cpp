@@ -125,6 +125,30 @@ std::vector<std::string> onnx_value_names(const std::string& path) {
   return out;
 }
 
+std::vector<std::string> float_bias_int8_layers(const std::string& path) {
+  const auto m = read_model(path);
+  std::map<std::string, const onnx::NodeProto*> producer;
+  for (const auto& n : m.graph().node())
+    for (const auto& o : n.output()) producer[o] = &n;
+  std::map<std::string, int> elem;  // initializer -> ONNX element type
+  for (const auto& t : m.graph().initializer()) elem[t.name()] = t.data_type();
+  auto dq = [&](const std::string& v) -> const onnx::NodeProto* {
+    auto it = producer.find(v);
+    return it != producer.end() && it->second->op_type() == "DequantizeLinear" ? it->second
+                                                                               : nullptr;
+  };
+  std::vector<std::string> out;
+  for (const auto& n : m.graph().node()) {
+    if ((n.op_type() != "Gemm" && n.op_type() != "Conv") || n.input_size() < 2 || !dq(n.input(1)))
+      continue;
+    const onnx::NodeProto* b = n.input_size() > 2 ? dq(n.input(2)) : nullptr;
+    const bool int32 =
+        b && elem.count(b->input(0)) && elem.at(b->input(0)) == onnx::TensorProto_DataType_INT32;
+    if (!dq(n.input(0)) || (n.input_size() > 2 && !int32)) out.push_back(n.name());
+  }
+  return out;
+}
+
 std::string python_onnx_check(const std::string& path) {
   const auto r =
       tqtest_data::run_cmd(std::string(tqtest_data::kPython) +

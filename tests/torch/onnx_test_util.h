@@ -37,6 +37,12 @@ std::vector<std::string> onnx_op_types(const std::string& path);
 // Every value name of an ONNX file: inputs, outputs, initializers, node outputs.
 std::vector<std::string> onnx_value_names(const std::string& path);
 
+// The Gemm and Conv nodes of a Q/DQ file whose weight is dequantized but
+// whose input is not, or whose bias is not int32 codes dequantized (scale
+// s_in * s_w): a runtime that fuses them into an int8 kernel rounds such a
+// float bias itself (ONNX Runtime does), off the numbers the artifact adds.
+std::vector<std::string> float_bias_int8_layers(const std::string& path);
+
 // python3-onnx's full checker on a file: "" when it passes, else its message.
 std::string python_onnx_check(const std::string& path);
 

@@ -73,6 +73,8 @@ TEST_CASE(
       // written and its kernels agree there (docs/deploy.md). Measured on
       // such a CPU: 0.982-0.989 on the four models that went below 0.99.
       CHECK(tq::test::mean_cosine(q, art) >= (tq::libtorch::cpu_has_vnni() ? 0.99 : 0.98));
+      for (const auto& l : tq::test::float_bias_int8_layers(dir + "/quantized_model_libtorch.onnx"))
+        FAIL_CHECK(arch << ": " << l << " has a Q/DQ weight, and a float input or bias");
 
       // The same result exported for TensorRT (tao-quant export, no new
       // calibration): valid, and within TensorRT's Q/DQ rules.
@@ -127,6 +129,9 @@ TEST_CASE("ONNX export of the tiny nets: transformer encoder and DenseNets", "[e
       const at::Tensor q = tq::test::ort_run(dir + "/quantized_model_libtorch.onnx", {x}).at(0);
       INFO(net << ": Q/DQ cosine against the artifact " << tq::test::mean_cosine(q, art));
       CHECK(tq::test::mean_cosine(q, art) >= 0.99);
+      // The attention's in_proj too (a constant no planned layer owns).
+      for (const auto& l : tq::test::float_bias_int8_layers(dir + "/quantized_model_libtorch.onnx"))
+        FAIL_CHECK(net << ": " << l << " has a Q/DQ weight, and a float input or bias");
       fs::remove_all(dir);
     }
   }

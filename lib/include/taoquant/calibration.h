@@ -87,6 +87,16 @@ QParams apply_constraints(const QParams& q, const QParamConstraints& c);
 // quantization (pooling, flatten, reshape, relu, ...).
 std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed);
 
+// Each linear of an observed model whose weight LibTorch quantizes though no
+// planned layer owns it (aten::linear on a module attribute that is not a
+// Linear's `weight`: nn.MultiheadAttention's in_proj), first call each: the
+// observers (module paths) of its input and of its weight, and its bias's
+// attribute path ("encoder.layers.0.self_attn.in_proj_bias").
+struct UnplannedLinear {
+  std::string input, weight, bias;
+};
+std::vector<UnplannedLinear> unplanned_linears(const torch::jit::Module& observed);
+
 // 10 log10(sum ref^2 / sum (ref - x)^2), in double; +inf when equal.
 double tensor_sqnr_db(const at::Tensor& ref, const at::Tensor& x);
 

@@ -154,6 +154,21 @@ std::map<std::string, std::string> layer_input_observers(const torch::jit::Modul
   return out;
 }
 
+std::vector<UnplannedLinear> unplanned_linears(const torch::jit::Module& observed) {
+  std::vector<UnplannedLinear> out;
+  std::set<std::string> seen;
+  auto g = jit::inlined_graph(observed);
+  jit::for_each_node(g->block(), [&](Node* n) {
+    if (n->kind() != torch::jit::aten::linear || jit::layer_of(n)) return;
+    Value* b = n->input(2);
+    while (b->node()->kind() == torch::jit::prim::unchecked_cast) b = b->node()->input(0);
+    const auto bias = jit::attr_path(b);
+    const auto in = observer_of(n->input(0)), w = observer_of(n->input(1));
+    if (bias && in && w && seen.insert(*bias).second) out.push_back({*in, *w, *bias});
+  });
+  return out;
+}
+
 namespace {
 
 // A private copy of `model` (its own types and graphs; the tensors are
