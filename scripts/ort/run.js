@@ -5,13 +5,15 @@
 //
 // Usage: node scripts/ort/run.js MODEL.onnx --input a.npy [--input b.npy]
 //          [--output-dir DIR] [--optimized OPT.onnx] [--batch N]
-//          [--time ITERS] [--threads N] [--no-optimize]
+//          [--time ITERS] [--threads N] [--no-optimize | --level L]
 //   --output-dir   writes output_<k>.npy there (one per model output)
 //   --optimized    writes the graph ORT optimized (the kernels that run)
 //   --batch N      runs the inputs in batches of N and concatenates
 //   --time ITERS   also times ITERS runs of the first batch (JSON on stdout)
 //   --no-optimize  runs the graph as written (graph optimizations off): each
 //                  Q/DQ pair in float, ONNX's own semantics, no int8 kernel
+//   --level L      ONNX Runtime's graph optimization level: disabled (as
+//                  --no-optimize), basic, extended or all (the default)
 // Prints a JSON line: {"outputs": [[shape]...], "ms": median-or-null}.
 'use strict';
 const fs = require('fs');
@@ -90,14 +92,21 @@ async function main() {
     else if (a === '--batch') opt.batch = Number(args[++i]);
     else if (a === '--time') opt.time = Number(args[++i]);
     else if (a === '--threads') opt.threads = Number(args[++i]);
-    else if (a === '--no-optimize') opt.noOptimize = true;
+    else if (a === '--no-optimize') opt.level = 'disabled';
+    else if (a === '--level') opt.level = args[++i];
     else if (!opt.model) opt.model = a;
     else { console.error('run.js: unexpected argument ' + a); process.exit(2); }
   }
   if (!opt.model || !opt.inputs.length) { console.error('run.js: MODEL and --input are required'); process.exit(2); }
   const so = {};
   if (opt.optimized) so.optimizedModelFilePath = opt.optimized;
-  if (opt.noOptimize) so.graphOptimizationLevel = 'disabled';
+  if (opt.level !== undefined) {
+    if (!['disabled', 'basic', 'extended', 'all'].includes(opt.level)) {
+      console.error('run.js: --level ' + opt.level + ' is not one of disabled, basic, extended, all');
+      process.exit(2);
+    }
+    so.graphOptimizationLevel = opt.level;
+  }
   if (opt.threads) { so.intraOpNumThreads = opt.threads; so.interOpNumThreads = 1; }
   const session = await ort.InferenceSession.create(opt.model, so);
   const xs = opt.inputs.map(readNpy);
