@@ -40,9 +40,9 @@ TEST_CASE("a test case that reads a slower net carries its fixture's tag, and on
       {"mbv2", std::regex("mbv2")},
       {"resnet", std::regex(R"(resnet\.pt|"resnet")")},
       {"effnet", std::regex(R"(effnet\.pt|"effnet")")},
-      {"vit", std::regex("vit_qkv")},
+      {"vit", std::regex(R"(vit_qkv|"vit")")},
       {"zoo", std::regex("kZoo")}};
-  const std::regex extra(R"((cnn_bn|/vit|mlp)\.pt)");
+  const std::regex extra(R"((cnn_bn|mlp)\.pt)");
   const std::regex header(R"re(TEST_CASE\(\s*"((?:[^"\\]|\\.)*)"\s*,\s*"([^"]*)")re");
   size_t tagged = 0;
   for (const char* sub : {"tests", "lib/src"}) {
