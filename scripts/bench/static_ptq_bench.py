@@ -66,20 +66,26 @@ q.save(out)
 """
 
 
-def spec_text(model, calib, out_dir, engine, batch):
+def spec_text(model, calib, out_dir, engine, batch, activation="uint8", quantize_lines=(),
+              backend_kwargs="", max_batches=None):
+    """A static int8 spec; `quantize_lines`: more `quantize:` keys ("sensitivity: false"),
+    `backend_kwargs`: more of them ("latency_check: false"), `max_batches`: a cap on calibration."""
+    kwargs = ", ".join(["engine: " + engine] + ([backend_kwargs] if backend_kwargs else []))
+    extra = "".join(f"  {line}\n" for line in quantize_lines)
+    cap = f"    max_batches: {max_batches}\n" if max_batches else ""
     return f"""results_dir: {out_dir}
 quantize:
   backend: libtorch
   mode: static_ptq
   default_layer_dtype: int8
-  default_activation_dtype: uint8
+  default_activation_dtype: {activation}
   model_path: {model}
-  backend_kwargs: {{engine: {engine}}}
+{extra}  backend_kwargs: {{{kwargs}}}
 dataset:
   quant_calibration_dataset:
     data_file: {calib}
     batch_size: {batch}
-"""
+{cap}"""
 
 
 def timed(cmd, env):

@@ -32,25 +32,10 @@ import numpy as np
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "bench"))
+import static_ptq_bench as bench  # noqa: E402  (the spec)
+
 LEVELS = ("disabled", "basic", "extended", "all")
-
-SPEC = """results_dir: {out}
-quantize:
-  backend: libtorch
-  mode: static_ptq
-  default_layer_dtype: int8
-  default_activation_dtype: int8
-  model_path: {model}
-  sensitivity: false
-  export: {{formats: [onnx, onnx_qdq]}}
-  backend_kwargs: {{latency_check: false, engine: onednn}}
-dataset:
-  quant_calibration_dataset:
-    data_file: {calib}
-    batch_size: 64
-    max_batches: 4
-"""
-
 
 def sqnr(ref, x):
     err = float(((ref - x) ** 2).sum())
@@ -85,8 +70,11 @@ def main():
         os.makedirs(out)
         spec = os.path.join(out, "spec.yaml")
         with open(spec, "w") as f:
-            f.write(SPEC.format(out=out, model=os.path.join(fm, net + ".pt"),
-                                calib=os.path.join(fm, "calib.npz")))
+            f.write(bench.spec_text(os.path.join(fm, net + ".pt"), os.path.join(fm, "calib.npz"),
+                                    out, "onednn", 64, activation="int8",
+                                    quantize_lines=("sensitivity: false",
+                                                    "export: {formats: [onnx, onnx_qdq]}"),
+                                    backend_kwargs="latency_check: false", max_batches=4))
         r = subprocess.run([a.cli, "quantize", "-e", spec], capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"{net}: tao-quant quantize exited {r.returncode}:\n{r.stderr}")

@@ -125,26 +125,45 @@ std::vector<std::string> onnx_value_names(const std::string& path) {
   return out;
 }
 
+GraphIndex::GraphIndex(const onnx::GraphProto& g) {
+  for (const auto& t : g.initializer()) initializer[t.name()] = &t;
+  for (const auto& n : g.node()) {
+    for (const auto& o : n.output()) producer[o] = &n;
+    for (const auto& i : n.input()) readers[i].push_back(&n);
+  }
+}
+
+std::string GraphIndex::op_of(const std::string& value) const {
+  auto it = producer.find(value);
+  return it == producer.end() ? std::string() : it->second->op_type();
+}
+
+const onnx::NodeProto* GraphIndex::written_by(const std::string& value,
+                                              const std::string& op) const {
+  return op_of(value) == op ? producer.at(value) : nullptr;
+}
+
+const std::vector<const onnx::NodeProto*>& GraphIndex::readers_of(const std::string& value) const {
+  static const std::vector<const onnx::NodeProto*> none;
+  auto it = readers.find(value);
+  return it == readers.end() ? none : it->second;
+}
+
 std::vector<std::string> float_bias_int8_layers(const std::string& path) {
   const auto m = read_model(path);
-  std::map<std::string, const onnx::NodeProto*> producer;
-  for (const auto& n : m.graph().node())
-    for (const auto& o : n.output()) producer[o] = &n;
-  std::map<std::string, int> elem;  // initializer -> ONNX element type
-  for (const auto& t : m.graph().initializer()) elem[t.name()] = t.data_type();
-  auto dq = [&](const std::string& v) -> const onnx::NodeProto* {
-    auto it = producer.find(v);
-    return it != producer.end() && it->second->op_type() == "DequantizeLinear" ? it->second
-                                                                               : nullptr;
+  const GraphIndex g(m.graph());
+  auto dq = [&](const std::string& v) { return g.written_by(v, "DequantizeLinear"); };
+  auto int32 = [&](const std::string& v) {
+    auto it = g.initializer.find(v);
+    return it != g.initializer.end() && it->second->data_type() == onnx::TensorProto::INT32;
   };
   std::vector<std::string> out;
   for (const auto& n : m.graph().node()) {
     if ((n.op_type() != "Gemm" && n.op_type() != "Conv") || n.input_size() < 2 || !dq(n.input(1)))
       continue;
     const onnx::NodeProto* b = n.input_size() > 2 ? dq(n.input(2)) : nullptr;
-    const bool int32 =
-        b && elem.count(b->input(0)) && elem.at(b->input(0)) == onnx::TensorProto_DataType_INT32;
-    if (!dq(n.input(0)) || (n.input_size() > 2 && !int32)) out.push_back(n.name());
+    if (!dq(n.input(0)) || (n.input_size() > 2 && !(b && int32(b->input(0)))))
+      out.push_back(n.name());
   }
   return out;
 }

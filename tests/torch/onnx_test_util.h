@@ -31,6 +31,21 @@ std::vector<at::Tensor> ort_run(const std::string& model, const std::vector<at::
 // An ONNX file read with ONNX's own protobuf types (REQUIREs that it parses).
 onnx::ModelProto read_model(const std::string& path);
 
+// Who writes and who reads each value of an ONNX graph, and its initializers:
+// what the structure checks of the export tests walk.
+struct GraphIndex {
+  explicit GraphIndex(const onnx::GraphProto& g);
+  std::map<std::string, const onnx::NodeProto*> producer;
+  std::map<std::string, std::vector<const onnx::NodeProto*>> readers;
+  std::map<std::string, const onnx::TensorProto*> initializer;
+  // The op type of the node that writes `value` ("" for inputs, initializers).
+  std::string op_of(const std::string& value) const;
+  // The node that writes `value` when its op type is `op`, else nullptr.
+  const onnx::NodeProto* written_by(const std::string& value, const std::string& op) const;
+  // The nodes that read `value` (none for a graph output nothing else reads).
+  const std::vector<const onnx::NodeProto*>& readers_of(const std::string& value) const;
+};
+
 // The op types of an ONNX file's nodes ("com.microsoft:QLinearConv" for
 // other domains), read with ONNX's own protobuf types.
 std::vector<std::string> onnx_op_types(const std::string& path);

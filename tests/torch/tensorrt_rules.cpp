@@ -7,39 +7,28 @@
 #include <onnx/onnx_pb.h>
 
 #include <catch2/catch.hpp>
-#include <map>
 
 namespace tq::test {
 
 std::vector<std::string> tensorrt_rule_violations(const std::string& path) {
   const auto m = read_model(path);
-  const auto& g = m.graph();
-  std::map<std::string, const onnx::TensorProto*> init;
-  for (const auto& t : g.initializer()) init[t.name()] = &t;
-  std::map<std::string, const onnx::NodeProto*> producer;
-  std::map<std::string, std::vector<const onnx::NodeProto*>> readers;
-  for (const auto& n : g.node()) {
-    for (const auto& o : n.output()) producer[o] = &n;
-    for (const auto& i : n.input()) readers[i].push_back(&n);
-  }
-  auto op_of = [&](const std::string& v) {
-    auto it = producer.find(v);
-    return it == producer.end() ? std::string() : it->second->op_type();
-  };
+  const GraphIndex g(m.graph());
+  const auto& init = g.initializer;
+  auto op_of = [&](const std::string& v) { return g.op_of(v); };
   std::vector<std::string> bad;
   auto int8_zero = [&](const onnx::NodeProto& n) {
     if (n.input_size() < 3) return bad.push_back(n.name() + ": no zero point (uint8 default)");
-    const auto* z = init.count(n.input(2)) ? init[n.input(2)] : nullptr;
+    const auto* z = init.count(n.input(2)) ? init.at(n.input(2)) : nullptr;
     if (!z || z->data_type() != onnx::TensorProto::INT8)
       return bad.push_back(n.name() + ": zero point not an int8 initializer");
     for (char c : z->raw_data())
       if (c != 0) return bad.push_back(n.name() + ": zero point not 0");
   };
-  for (const auto& n : g.node()) {
+  for (const auto& n : m.graph().node()) {
     const std::string& op = n.op_type();
     if (op == "QuantizeLinear" || op == "DequantizeLinear") int8_zero(n);
     if (op == "DequantizeLinear" && init.count(n.input(0))) {  // a weight
-      const auto* w = init[n.input(0)];
+      const auto* w = init.at(n.input(0));
       int64_t axis = 1;
       for (const auto& a : n.attribute())
         if (a.name() == "axis") axis = a.i();
@@ -66,8 +55,8 @@ std::vector<std::string> tensorrt_rule_violations(const std::string& path) {
     }
     if (op == "QuantizeLinear") {  // no Q/DQ between a Conv and its BatchNorm / ReLU
       const std::string from = op_of(n.input(0));
-      for (const auto* dq : readers[n.output(0)])
-        for (const auto* r : readers[dq->output(0)])
+      for (const auto* dq : g.readers_of(n.output(0)))
+        for (const auto* r : g.readers_of(dq->output(0)))
           if ((from == "Conv" || from == "BatchNormalization") &&
               (r->op_type() == "BatchNormalization" || r->op_type() == "Relu"))
             bad.push_back(n.name() + ": Q/DQ between " + from + " and " + r->op_type());

@@ -66,9 +66,9 @@ void check_published(const tq::QuantizeOutcome& out, const std::string& dir) {
 
 // Static int8 on one trained net: published, ONNX Runtime's float outputs
 // are LibTorch's, its Q/DQ top-1 is the TorchScript artifact's image by
-// image (and its outputs within `min_sqnr_db` of the artifact's, when
-// given), and the optimized graph runs a fused int8 kernel per layer, each
-// with the int32 bias the artifact adds.
+// image (and, when `min_sqnr_db` is given, the SQNR of its outputs against
+// the artifact's is at least that), and the optimized graph runs a fused int8
+// kernel per layer, each with the int32 bias the artifact adds.
 void check_static_net(const std::string& net, const std::string& extra, double min_sqnr_db = 0) {
   if (!tq::test::ort_available()) FAIL("ONNX Runtime is not installed: run scripts/ort/install.sh");
   const auto [x, labels] = fmnist_test_set();
