@@ -160,7 +160,8 @@ std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeCon
                            "): kept float so that the artifact runs at every batch size "
                            "(docs/reliability.md#batch-size-changes)");
     };
-    for_each_int8_layer(ctx.plan, s.folded, s.observed, *s.table, s.capture().inputs, probe);
+    for_each_int8_layer(ctx.plan, s.folded, s.linears.layer_inputs, *s.table, s.capture().inputs,
+                        probe);
   }
   probed["kernel_runs"] = runs;
   return out;

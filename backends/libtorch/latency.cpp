@@ -360,8 +360,8 @@ LayerVerdict time_layer(const torch::jit::Module& float_layer, const LayerKernel
 }  // namespace
 
 LayerTimings time_int8_layers(const QuantizeContext& ctx, const torch::jit::Module& folded,
-                              const torch::jit::Module& observed, ObserverTable& table,
-                              const std::map<std::string, at::Tensor>& inputs,
+                              const std::map<std::string, std::string>& input_observers,
+                              ObserverTable& table, const std::map<std::string, at::Tensor>& inputs,
                               const std::vector<int64_t>& batch_sizes) {
   LayerTimings out;
   const auto start = std::chrono::steady_clock::now();
@@ -377,7 +377,7 @@ LayerTimings time_int8_layers(const QuantizeContext& ctx, const torch::jit::Modu
     for (const auto& [bs, ms] : v.saving_ms) out.kept_saving_ms[bs] += ms;
   };
   // One that cannot be timed alone is left to the model-level check.
-  for_each_int8_layer(ctx.plan, folded, observed, table, inputs, time, &out.untimed);
+  for_each_int8_layer(ctx.plan, folded, input_observers, table, inputs, time, &out.untimed);
   if (inferred) out.kept_saving_ms.clear();
   spdlog::debug("latency: layers timed alone ({:.2f} s): {} slower in int8, {} untimed",
                 seconds_since(start), out.slower.size(), out.untimed.size());

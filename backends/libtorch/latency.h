@@ -123,12 +123,13 @@ struct LayerTimings {
 };
 
 // Each quantized layer alone: its float op vs quantize + int8 op + dequantize
-// on its held-out input (`inputs`: capture_layer_inputs on `folded`), from
+// on its held-out input (`inputs`: capture_layer_inputs on `folded`;
+// `input_observers`: ObservedLinears::layer_inputs), from
 // ctx.timing_cache when it holds the layer's op and shapes, else measured
 // and recorded there (a profiling cache also gets Linear's dynamic int8).
 LayerTimings time_int8_layers(const QuantizeContext& ctx, const torch::jit::Module& folded,
-                              const torch::jit::Module& observed, ObserverTable& table,
-                              const std::map<std::string, at::Tensor>& inputs,
+                              const std::map<std::string, std::string>& input_observers,
+                              ObserverTable& table, const std::map<std::string, at::Tensor>& inputs,
                               const std::vector<int64_t>& batch_sizes);
 
 std::string format_ms(double ms);

@@ -128,12 +128,11 @@ at::Tensor resize_quantized_batch(const at::Tensor& xq, int64_t bs) {
 }
 
 void for_each_int8_layer(const Plan& plan, const torch::jit::Module& folded,
-                         const torch::jit::Module& observed, ObserverTable& table,
-                         const std::map<std::string, at::Tensor>& inputs,
+                         const std::map<std::string, std::string>& input_observers,
+                         ObserverTable& table, const std::map<std::string, at::Tensor>& inputs,
                          const std::function<void(const Int8Layer&)>& fn,
                          std::vector<std::pair<std::string, std::string>>* skipped) {
   torch::NoGradGuard ng;
-  const auto input_observers = layer_input_observers(observed);
   for (const auto& lp : plan.layers) {
     const ObserverSlot* ws = table.find_label(lp.info.name + ":weight");
     if (!ws) continue;  // not int8

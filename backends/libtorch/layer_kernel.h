@@ -71,12 +71,13 @@ struct Int8Layer {
 };
 
 // Calls `fn` on each int8 layer of `plan` (a weight observer in `table`)
-// with its input captured in `inputs` (capture_layer_inputs on `folded`).
+// with its input captured in `inputs` (capture_layer_inputs on `folded`)
+// and quantized by its observer in `input_observers` (ObservedLinears).
 // A layer that cannot be run alone, or whose `fn` throws, is skipped: why
 // is logged and, if `skipped` is given, added to it as (layer, reason).
 void for_each_int8_layer(const Plan& plan, const torch::jit::Module& folded,
-                         const torch::jit::Module& observed, ObserverTable& table,
-                         const std::map<std::string, at::Tensor>& inputs,
+                         const std::map<std::string, std::string>& input_observers,
+                         ObserverTable& table, const std::map<std::string, at::Tensor>& inputs,
                          const std::function<void(const Int8Layer&)>& fn,
                          std::vector<std::pair<std::string, std::string>>* skipped = nullptr);
 

@@ -263,11 +263,11 @@ Module never_slower(QuantizeContext& ctx, StaticSession& s, Module q) {
   if (planned.slower.empty()) {
     record_check(ctx, planned, "planned", speed);
     if (ctx.timing_cache && ctx.timing_cache->profile_all)
-      (void)time_int8_layers(ctx, s.folded, s.observed, *s.table, inputs,
+      (void)time_int8_layers(ctx, s.folded, s.linears.layer_inputs, *s.table, inputs,
                              sizes);  // `profile`: every layer into the cache
   } else {
     const LayerTimings layers =
-        time_int8_layers(ctx, s.folded, s.observed, *s.table, inputs, sizes);
+        time_int8_layers(ctx, s.folded, s.linears.layer_inputs, *s.table, inputs, sizes);
     for (const auto& [name, reason] : layers.slower) {
       s.keep_float.insert(name);
       s.reasons[name] = reason;

@@ -265,6 +265,7 @@ void observe_and_run(QuantizeContext& ctx, StaticSession& s) {
     // adds observers and never writes the float tensors.
     Module copy = s.folded.clone(/*inplace=*/true);
     s.observed = jit::insert_observers(copy, qd, QuantType::kStatic);
+    s.linears = observed_linears(s.observed);
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     throw RuntimeError(
@@ -388,7 +389,7 @@ void shift_observed(StaticSession& s, const BiasShift& b, double sign) {
 // each layer's input qparams, into the folded biases, which the observed
 // copy shares.
 void correct_static_biases(QuantizeContext& ctx, StaticSession& s) {
-  const auto inputs = layer_input_observers(s.observed);
+  const auto& inputs = s.linears.layer_inputs;
   const auto layers =
       static_bias_layers(ctx.plan, [&](const LayerPlan& lp) -> std::optional<StaticBiasLayer> {
         const ObserverSlot* ws = s.table->find_label(lp.info.name + ":weight");

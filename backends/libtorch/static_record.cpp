@@ -93,7 +93,7 @@ std::optional<at::Tensor> bias_at(const torch::jit::Module& m, const std::string
 }  // namespace
 
 void snap_biases(QuantizeContext& ctx, StaticSession& s) {
-  const auto inputs = layer_input_observers(s.observed);
+  const auto& inputs = s.linears.layer_inputs;
   size_t moved = 0, unplanned = 0;
   double largest = 0;  // in steps of the accumulator
   std::set<std::string> planned;
@@ -117,7 +117,7 @@ void snap_biases(QuantizeContext& ctx, StaticSession& s) {
   torch::NoGradGuard ng;
   for (const auto& path : s.unplanned_biases)
     if (auto b = bias_at(s.folded, path)) b->detach().copy_(s.float_biases.at(path));
-  for (const auto& l : unplanned_linears(s.observed)) {
+  for (const auto& l : s.linears.unplanned) {
     const ObserverSlot* ws = s.table->find_path(l.weight);
     const ObserverSlot* as = s.table->find_path(l.input);
     const auto b = bias_at(s.folded, l.bias);
@@ -160,7 +160,7 @@ void record_static(QuantizeContext& ctx, StaticSession& s, bool float_artifact) 
     ctx.record().notes.push_back(
         "activations are uint8 observed in 7 bits (reduce_range): their scales cover [0, 127]");
   const auto ranges = record_ranges(ctx, s);
-  const auto inputs = layer_input_observers(s.observed);
+  const auto& inputs = s.linears.layer_inputs;
   for (const auto& lp : ctx.plan.layers) {
     const std::string& name = lp.info.name;
     const ObserverSlot* ws = s.table->find_label(name + ":weight");

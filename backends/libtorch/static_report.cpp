@@ -87,7 +87,7 @@ LayerResult static_layer_result(QuantizeContext& ctx, const LayerPlan& lp, Stati
 
 void report_static(QuantizeContext& ctx, StaticSession& s) {
   const auto& cap = s.capture();
-  const auto input_observers = layer_input_observers(s.observed);
+  const auto& input_observers = s.linears.layer_inputs;
   // The model's output SQNR comes from the saved artifact's run on the
   // held-out batch, which publishing makes anyway (QuantizeContext).
   if (cap.model_output.isTensor())

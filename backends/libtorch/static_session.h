@@ -28,6 +28,7 @@ struct StaticSession {
   std::unique_ptr<ObserverTable> table;
   torch::jit::Module folded;    // BN-folded, specialized float model
   torch::jit::Module observed;  // folded + observers
+  ObservedLinears linears;      // observed's graph read, set with it (observe_and_run)
   std::vector<at::Tensor> holdout;
   std::unique_ptr<StepTimer> steps;  // calibrate() through convert()
   bool check_speed = true;           // backend_kwargs.latency_check
@@ -85,7 +86,7 @@ struct StaticSession {
 // the first time.
 void snap_biases(QuantizeContext& ctx, StaticSession& s);
 
-// The observer of a layer's input (`inputs`: layer_input_observers), or
+// The observer of a layer's input (`inputs`: ObservedLinears::layer_inputs), or
 // null when it has none.
 const ObserverSlot* input_slot(const ObserverTable& t,
                                const std::map<std::string, std::string>& inputs,

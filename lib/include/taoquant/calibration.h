@@ -81,21 +81,29 @@ class ObserverTable {
 // minimum scale, ranges) to computed qparams (implemented in constraints.cpp).
 QParams apply_constraints(const QParams& q, const QParamConstraints& c);
 
-// For each conv/linear layer of an observed model (by module path), the
-// module path of the observer that quantizes its input: the one on its input
-// value, or on the value its input is derived from through ops that carry
-// quantization (pooling, flatten, reshape, relu, ...).
-std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed);
-
-// Each linear of an observed model whose weight LibTorch quantizes though no
-// planned layer owns it (aten::linear on a module attribute that is not a
-// Linear's `weight`: nn.MultiheadAttention's in_proj), first call each: the
-// observers (module paths) of its input and of its weight, and its bias's
-// attribute path ("encoder.layers.0.self_attn.in_proj_bias").
+// A linear whose weight LibTorch quantizes though no planned layer owns it
+// (aten::linear on a module attribute that is not a Linear's `weight`:
+// nn.MultiheadAttention's in_proj): the observers (module paths) of its input
+// and of its weight, and its bias's attribute path
+// ("encoder.layers.0.self_attn.in_proj_bias").
 struct UnplannedLinear {
   std::string input, weight, bias;
 };
-std::vector<UnplannedLinear> unplanned_linears(const torch::jit::Module& observed);
+
+// What an observed model's graph says about its linears, read in one walk of
+// its inlined forward. The graph is fixed once the observers are in, so one
+// reading serves every later pass over the same observed model.
+struct ObservedLinears {
+  // For each conv/linear layer (by module path), the module path of the
+  // observer that quantizes its input: the one on its input value, or on the
+  // value its input is derived from through ops that carry quantization
+  // (pooling, flatten, reshape, relu, ...). A layer called twice: its first
+  // observed call.
+  std::map<std::string, std::string> layer_inputs;
+  // The unplanned linears, first call each.
+  std::vector<UnplannedLinear> unplanned;
+};
+ObservedLinears observed_linears(const torch::jit::Module& observed);
 
 // 10 log10(sum ref^2 / sum (ref - x)^2), in double; +inf when equal.
 double tensor_sqnr_db(const at::Tensor& ref, const at::Tensor& x);

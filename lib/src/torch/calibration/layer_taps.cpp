@@ -142,29 +142,24 @@ NoGraphOptimization::~NoGraphOptimization() {
   torch::jit::setGraphExecutorOptimize(previous_);
 }
 
-std::map<std::string, std::string> layer_input_observers(const torch::jit::Module& observed) {
-  std::map<std::string, std::string> out;
+ObservedLinears observed_linears(const torch::jit::Module& observed) {
+  ObservedLinears out;
+  std::set<std::string> biases;
   auto g = jit::inlined_graph(observed);
-  spdlog::trace("layer_input_observers: inlined graph\n{}", g->toString());
+  spdlog::trace("observed_linears: inlined graph\n{}", g->toString());
   jit::for_each_node(g->block(), [&](Node* n) {
-    auto layer = jit::is_layer_op(n) ? jit::layer_of(n) : std::nullopt;
-    if (!layer || out.count(*layer)) return;  // a layer called twice: its first observed call
-    if (auto obs = observer_of(n->input(0))) out[*layer] = *obs;
-  });
-  return out;
-}
-
-std::vector<UnplannedLinear> unplanned_linears(const torch::jit::Module& observed) {
-  std::vector<UnplannedLinear> out;
-  std::set<std::string> seen;
-  auto g = jit::inlined_graph(observed);
-  jit::for_each_node(g->block(), [&](Node* n) {
-    if (n->kind() != torch::jit::aten::linear || jit::layer_of(n)) return;
+    if (!jit::is_layer_op(n)) return;
+    if (auto layer = jit::layer_of(n)) {
+      if (out.layer_inputs.count(*layer)) return;
+      if (auto obs = observer_of(n->input(0))) out.layer_inputs[*layer] = *obs;
+      return;
+    }
+    if (n->kind() != torch::jit::aten::linear) return;
     Value* b = n->input(2);
     while (b->node()->kind() == torch::jit::prim::unchecked_cast) b = b->node()->input(0);
     const auto bias = jit::attr_path(b);
     const auto in = observer_of(n->input(0)), w = observer_of(n->input(1));
-    if (bias && in && w && seen.insert(*bias).second) out.push_back({*in, *w, *bias});
+    if (bias && in && w && biases.insert(*bias).second) out.unplanned.push_back({*in, *w, *bias});
   });
   return out;
 }
