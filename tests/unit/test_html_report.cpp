@@ -262,6 +262,12 @@ TEST_CASE("html quantize view: the sensitivity table and the tune trace", "[html
   CHECK(s["all_quantized"] == "20.50 dB, top-1 agreement 96.00 %, top-1 88.50 % (float 90.00 %)");
   REQUIRE(s["chart"]["rows"].size() == 2);
   CHECK(s["chart"]["rows"][0]["w"].get<double>() < s["chart"]["rows"][1]["w"].get<double>());
+  // What "all quantized" leaves out follows its figure.
+  json with_note = with_tune(quantize_report());
+  with_note["tune"]["sensitivity"]["all_quantized"]["note"] = "1 layer call outside the plan";
+  CHECK(tq::html_view_model(tq::HtmlReport::kQuantize, with_note)["sensitivity"]["all_quantized"] ==
+        "20.50 dB, top-1 agreement 96.00 %, top-1 88.50 % (float 90.00 %) (1 layer call outside "
+        "the plan)");
   const json& t = v["tune"];
   REQUIRE(t["has"] == true);
   CHECK(t["result"][0]["v"] == "failed: max_top1_drop 0.50: measured 0.80 pt");

@@ -64,6 +64,11 @@ struct SensitivityReport {
   std::optional<double> all_top1;
   size_t forward_passes = 0;
   bool reverse = true;  // the reverse view was measured
+  // Layer calls no planned layer owns (their weights' attribute paths:
+  // nn.MultiheadAttention's in_proj_weight): float in every probe here,
+  // though a backend may quantize them (libtorch static_ptq does), so
+  // "all quantized" leaves their error out.
+  std::vector<std::string> outside_plan;
   nlohmann::json to_json() const;
 };
 

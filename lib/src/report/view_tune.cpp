@@ -49,6 +49,7 @@ std::string all_quantized_text(const json& s) {
       num(get(a, "sqnr_db"), 2) + " dB, top-1 agreement " + num(get(a, "top1_agreement"), 2) + " %";
   if (get(a, "top1").is_number())
     t += ", top-1 " + num(get(a, "top1"), 2) + " % (float " + num(get(s, "float_top1"), 2) + " %)";
+  if (get(a, "note").is_string()) t += " (" + str(a, "note") + ")";
   return t;
 }
 

@@ -52,6 +52,19 @@ void rank(std::vector<LayerSensitivity>& layers) {
   for (size_t i = 0; i < layers.size(); ++i) layers[i].rank = static_cast<int>(i + 1);
 }
 
+// What "all quantized" leaves out, in words ("" when nothing is).
+std::string outside_plan_note(const std::vector<std::string>& weights) {
+  if (weights.empty()) return "";
+  std::string names;
+  const size_t shown = std::min<size_t>(weights.size(), 3);
+  for (size_t i = 0; i < shown; ++i) names += (i ? ", " : "") + weights[i];
+  if (weights.size() > shown) names += " and " + std::to_string(weights.size() - shown) + " more";
+  return std::to_string(weights.size()) + " layer call" + (weights.size() > 1 ? "s" : "") +
+         " outside the plan ran float in these probes (" + names +
+         "); a backend that quantizes them (libtorch static_ptq does) adds error that the "
+         "all-quantized figure leaves out";
+}
+
 nlohmann::json finite(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
@@ -112,6 +125,7 @@ SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, 
   r.reverse = reverse;
   r.samples = limit;
   r.forward_passes = s.forwards();
+  r.outside_plan = sim.outside_plan();
   return r;
 }
 
@@ -257,6 +271,10 @@ nlohmann::json SensitivityReport::to_json() const {
       {"layers", layers_j}};
   if (float_top1) j["float_top1"] = *float_top1;
   if (all_top1) j["all_quantized"]["top1"] = *all_top1;
+  if (!outside_plan.empty()) {
+    j["all_quantized"]["float_outside_plan"] = outside_plan;
+    j["all_quantized"]["note"] = outside_plan_note(outside_plan);
+  }
   return j;
 }
 
@@ -291,6 +309,7 @@ std::string format_sensitivity_table(const SensitivityReport& r) {
     std::snprintf(buf, sizeof buf, "; top-1 %.2f %% (float %.2f %%)", *r.all_top1, *r.float_top1);
     tail += buf;
   }
+  if (!r.outside_plan.empty()) tail += "\n" + outside_plan_note(r.outside_plan);
   return format_table(head, rows) + tail + "\ndata: " + r.data + " (" +
          std::to_string(r.forward_passes) + " forward passes)\n";
 }

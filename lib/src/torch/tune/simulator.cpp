@@ -106,19 +106,29 @@ struct Simulator::Impl {
         .first->second;
   }
 
-  void tap(const std::vector<SimLayer>& layers) {
+  // Taps each simulated layer's input; returns the weights (attribute
+  // paths) of the layer calls no planned layer owns.
+  std::vector<std::string> tap(const std::vector<SimLayer>& layers) {
     auto g = model.get_method("forward").graph();
     jit::inline_calls(*g);
     jit::onednn_max_pools(*g);  // the same values, faster (jit.h)
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < layers.size(); ++i) index[layers[i].name] = i;
+    std::vector<std::string> outside;
     for (auto* n : jit::find_nodes(g->block(), jit::is_layer_op)) {
       auto layer = jit::layer_of(n);
-      if (!layer || !index.count(*layer)) continue;
+      if (!layer) {
+        auto w = n->inputs().size() > 1 ? jit::attr_path(n->input(1)) : std::nullopt;
+        if (w && std::find(outside.begin(), outside.end(), *w) == outside.end())
+          outside.push_back(*w);
+        continue;
+      }
+      if (!index.count(*layer)) continue;
       jit::insert_call_on_input(n, 0, "taoquant::perturb",
                                 static_cast<int64_t>(state.site_layer.size()));
       state.site_layer.push_back(index[*layer]);
     }
+    return outside;
   }
 
   // Static mode: the planned observer over the calibration inputs of each
@@ -184,7 +194,7 @@ Simulator::Simulator(const Plan& plan, torch::jit::Module float_model,
   I.state.active.assign(layers_.size(), nullptr);
   if (plan.mode == Mode::kDynamic)
     for (auto& a : I.acts) a = ActQuant{true, {}, DType::kUInt8};
-  I.tap(layers_);
+  outside_plan_ = I.tap(layers_);
 }
 
 Simulator::~Simulator() = default;

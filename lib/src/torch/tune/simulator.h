@@ -62,6 +62,11 @@ class Simulator {
   Simulator& operator=(const Simulator&) = delete;
 
   const std::vector<SimLayer>& layers() const { return layers_; }
+  // The conv/linear calls of the model that no planned layer owns (by their
+  // weight's attribute path: nn.MultiheadAttention's in_proj_weight), first
+  // call each. The simulation runs them float; a backend may quantize them
+  // (libtorch static_ptq does).
+  const std::vector<std::string>& outside_plan() const { return outside_plan_; }
   // Applies an assignment (every other layer float).
   void assign(const Assignment& a);
   // The model's output (logits) on `inputs` under the current assignment.
@@ -71,6 +76,7 @@ class Simulator {
 
  private:
   std::vector<SimLayer> layers_;
+  std::vector<std::string> outside_plan_;
   std::unique_ptr<Impl> impl_;
 };
 
