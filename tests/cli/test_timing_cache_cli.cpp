@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <set>
 #include <thread>
 
 #include "../torch/plugin_test_util.h"
@@ -203,17 +204,27 @@ TEST_CASE(
                            " results_dir=" + tqtest::quote(prof.string()));
   REQUIRE(r.rc == 0);
   json c = tqtest::read_json((prof / "timing_cache.json").string());
-  size_t model_sizes = 0;
   auto ends = [](const std::string& k, const std::string& tail) {
     return k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0;
   };
+  std::set<std::string> models;  // "model/<fp32>/int8=<int8>/" of each model pair
   for (auto& [k, v] : c["entries"].items()) {
     const bool at1 = k.find("/bs=1/") != std::string::npos;
     if (ends(k, "/fp32")) v = at1 ? 1.0 : 10.0;
     if (ends(k, "/int8")) v = at1 ? 2.0 : 1.0;
-    model_sizes += k.rfind("model/", 0) == 0 && ends(k, "/fp32");
+    if (k.rfind("model/", 0) == 0) models.insert(k.substr(0, k.find("/bs=") + 1));
   }
-  CHECK(model_sizes == 6);  // 1, 2, 4, 8, 16, 32: every covered size measured
+  // Every covered size (1, 2, 4, 8, 16, 32) gets a time, whatever profile
+  // measured: on a slow or busy machine it infers batch 32 from a 2x win at a
+  // smaller size instead of timing it, and the crossover below needs them all.
+  REQUIRE_FALSE(models.empty());
+  for (const std::string& model : models) {
+    for (int bs : {1, 2, 4, 8, 16, 32}) {
+      const std::string at = model + "bs=" + std::to_string(bs) + "/";
+      c["entries"][at + "fp32"] = bs == 1 ? 1.0 : 10.0;
+      c["entries"][at + "int8"] = bs == 1 ? 2.0 : 1.0;
+    }
+  }
   const std::string cache = dir.write("crossover.json", c.dump());
 
   r = quantize(spec, dir.path() / "a", "quantize.timing_cache=" + tqtest::quote(cache));
