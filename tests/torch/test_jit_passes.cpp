@@ -193,6 +193,39 @@ graph(%x : Tensor, %w : Tensor):
   CHECK(jit::layer_sites(*g).empty());
 }
 
+// nn.MultiheadAttention's packed projection as its inlined graph reads it:
+// aten::linear on the module's in_proj_weight (observed, as in an observed
+// model), next to a planned Linear and a linear on a computed weight.
+TEST_CASE("jit unowned_weight: a layer call on an attribute that is no layer's weight", "[jit]") {
+  auto g = parse(R"IR(
+graph(%self : Tensor, %x : Tensor):
+  %id : int = prim::Constant[value=1]()
+  %enc : Tensor = prim::GetAttr[name="encoder"](%self)
+  %attn : Tensor = prim::GetAttr[name="self_attn"](%enc)
+  %w : Tensor = prim::GetAttr[name="in_proj_weight"](%attn)
+  %b : Tensor = prim::GetAttr[name="in_proj_bias"](%attn)
+  %ow : Tensor = taoquant::observe(%w, %id)
+  %out : Tensor = prim::GetAttr[name="out_proj"](%attn)
+  %ww : Tensor = prim::GetAttr[name="weight"](%out)
+  %t : Tensor = aten::t(%ww)
+  %y1 : Tensor = aten::linear(%x, %ow, %b)
+  %y2 : Tensor = aten::linear(%y1, %ww, %b)
+  %y3 : Tensor = aten::linear(%y2, %t, %b)
+  %y4 : Tensor = aten::relu(%y3)
+  return (%y4)
+)IR");
+  auto linears = jit::find_nodes(
+      g->block(), [](Node* n) { return std::string(n->kind().toQualString()) == "aten::linear"; });
+  REQUIRE(linears.size() == 3);
+  CHECK(jit::unowned_weight(linears[0]) ==
+        std::optional<std::string>("encoder.self_attn.in_proj_weight"));
+  CHECK_FALSE(jit::layer_of(linears[0]).has_value());
+  CHECK_FALSE(jit::unowned_weight(linears[1]).has_value());  // out_proj owns it
+  CHECK(jit::layer_of(linears[1]) == std::optional<std::string>("encoder.self_attn.out_proj"));
+  CHECK_FALSE(jit::unowned_weight(linears[2]).has_value());               // not an attribute
+  CHECK_FALSE(jit::unowned_weight(first(*g, "aten::relu")).has_value());  // not a layer op
+}
+
 TEST_CASE("jit call insertion: a call on a layer's input", "[jit]") {
   auto g = parse(kLayers);
   auto sites = jit::layer_sites(*g);

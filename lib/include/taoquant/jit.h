@@ -127,6 +127,11 @@ struct LayerSite {
 std::vector<LayerSite> layer_sites(Graph& g);
 // The layer of one op (any role with a weight at input 1), or nullopt.
 std::optional<std::string> layer_of(Node* op);
+// A layer call that no layer owns: the attribute path of a layer op's
+// weight when it is a module attribute other than a layer's `weight`
+// (nn.MultiheadAttention's "...self_attn.in_proj_weight", which LibTorch's
+// static pass quantizes with its module's qconfig), else nullopt.
+std::optional<std::string> unowned_weight(Node* op);
 
 // ---- Call insertion --------------------------------------------------------
 

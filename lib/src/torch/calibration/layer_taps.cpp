@@ -154,7 +154,7 @@ ObservedLinears observed_linears(const torch::jit::Module& observed) {
       if (auto obs = observer_of(n->input(0))) out.layer_inputs[*layer] = *obs;
       return;
     }
-    if (n->kind() != torch::jit::aten::linear) return;
+    if (n->kind() != torch::jit::aten::linear || !jit::unowned_weight(n)) return;
     Value* b = n->input(2);
     while (b->node()->kind() == torch::jit::prim::unchecked_cast) b = b->node()->input(0);
     const auto bias = jit::attr_path(b);

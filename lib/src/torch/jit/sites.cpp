@@ -13,16 +13,31 @@ namespace tq::jit {
 
 namespace prim = torch::jit::prim;
 
-std::optional<std::string> layer_of(Node* op) {
-  if (op->inputs().size() < 2) return std::nullopt;
+namespace {
+
+// A layer op's weight, seen through an observer call on it or the mark that
+// replaced it.
+Value* weight_of(Node* op) {
   Value* w = op->input(1);
-  // Through an observer call on the weight, or the mark that replaced it.
   if (w->node()->kind() == c10::Symbol::fromQualString("taoquant::observe") ||
       w->node()->kind() == c10::Symbol::fromQualString("taoquant::mark"))
     w = w->node()->input(0);
+  return w;
+}
+
+}  // namespace
+
+std::optional<std::string> layer_of(Node* op) {
+  if (op->inputs().size() < 2) return std::nullopt;
+  Value* w = weight_of(op);
   if (w->node()->kind() != prim::GetAttr || w->node()->s(torch::jit::attr::name) != "weight")
     return std::nullopt;
   return attr_path(w->node()->input(0));
+}
+
+std::optional<std::string> unowned_weight(Node* op) {
+  if (!is_layer_op(op) || op->inputs().size() < 2 || layer_of(op)) return std::nullopt;
+  return attr_path(weight_of(op));
 }
 
 std::vector<LayerSite> layer_sites(Graph& g) {

@@ -116,14 +116,12 @@ struct Simulator::Impl {
     for (size_t i = 0; i < layers.size(); ++i) index[layers[i].name] = i;
     std::vector<std::string> outside;
     for (auto* n : jit::find_nodes(g->block(), jit::is_layer_op)) {
-      auto layer = jit::layer_of(n);
-      if (!layer) {
-        auto w = n->inputs().size() > 1 ? jit::attr_path(n->input(1)) : std::nullopt;
-        if (w && std::find(outside.begin(), outside.end(), *w) == outside.end())
-          outside.push_back(*w);
+      if (auto w = jit::unowned_weight(n)) {
+        if (std::find(outside.begin(), outside.end(), *w) == outside.end()) outside.push_back(*w);
         continue;
       }
-      if (!index.count(*layer)) continue;
+      auto layer = jit::layer_of(n);
+      if (!layer || !index.count(*layer)) continue;
       jit::insert_call_on_input(n, 0, "taoquant::perturb",
                                 static_cast<int64_t>(state.site_layer.size()));
       state.site_layer.push_back(index[*layer]);
