@@ -200,6 +200,72 @@ TEST_CASE("jit specialize_branches: constant, training and data-decided ifs", "[
   CHECK(y.item<float>() == Approx(std::exp(std::tanh(1.0f))));
 }
 
+// ResNet's AdaptiveAvgPool2d asserts in list_with_default on every call:
+// such asserts are decided without a run; one the sample may not reach is
+// left to the run, which decides it only when reached.
+TEST_CASE("jit specialize_branches: asserts every call passes need no run", "[jit]") {
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  auto with_pool = [&](const std::string& name, const std::string& forward) {
+    Module pool = make(cu, "Pool" + name);
+    pool.define(
+        "def forward(self, x):\n"
+        "  assert x.dim() == 2, 'pool: 2-d input'\n"
+        "  return x * 2.0\n");
+    Module m = make(cu, name);
+    m.register_module("pool", pool);
+    m.define(forward);
+    return m;
+  };
+  auto raises_in = [](Module& m, const char* method_of) {
+    auto g = method_of[0] ? m.attr(method_of).toModule().get_method("forward").graph()
+                          : m.get_method("forward").graph();
+    return !jit::find_nodes(g->block(), [](torch::jit::Node* n) {
+              return n->kind() == torch::jit::prim::RaiseException;
+            }).empty();
+  };
+  const auto x = torch::ones({2, 3});
+
+  SECTION("on every call's path (forward and a method it always calls): decided, no run") {
+    Module m = with_pool("Always",
+                         "def forward(self, x):\n"
+                         "  assert x.size(1) == 3, 'three features'\n"
+                         "  return self.pool.forward(x) + 1.0\n");
+    auto r = tq::specialize_branches(m, {x});
+    CHECK_FALSE(r.ran);
+    CHECK(r.removed == 2);
+    CHECK(r.kept == 0);
+    CHECK_FALSE(raises_in(m, ""));
+    CHECK_FALSE(raises_in(m, "pool"));
+    CHECK(m.forward({x}).toTensor().equal(x * 2.0 + 1.0));
+  }
+  SECTION("behind a data-dependent branch: left to the run") {
+    Module m = with_pool("Behind",
+                         "def forward(self, x):\n"
+                         "  if bool(x.sum() > 0):\n"
+                         "    assert x.size(1) == 3, 'three features'\n"
+                         "    x = self.pool.forward(x)\n"
+                         "  return x\n");
+    auto r = tq::specialize_branches(m, {x});
+    CHECK(r.ran);
+    CHECK(r.removed == 3);  // the branch and both asserts, from the run
+    CHECK_FALSE(raises_in(m, ""));
+    CHECK_FALSE(raises_in(m, "pool"));
+  }
+  SECTION("behind a branch the sample does not take: kept") {
+    Module m = with_pool("NotTaken",
+                         "def forward(self, x):\n"
+                         "  if bool(x.sum() < 0):\n"
+                         "    assert x.size(1) == 4, 'four features'\n"
+                         "    x = self.pool.forward(x)\n"
+                         "  return x\n");
+    auto r = tq::specialize_branches(m, {x});
+    CHECK(r.ran);
+    CHECK(r.removed == 1);        // the branch, from the run
+    CHECK(r.kept == 2);           // its assert and the pool's: never reached
+    CHECK(raises_in(m, "pool"));  // the pool's assert was never reached: kept
+  }
+}
+
 namespace {
 
 std::vector<c10::IValue> call_op(const char* name, std::vector<c10::IValue> args) {

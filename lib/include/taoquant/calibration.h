@@ -208,8 +208,10 @@ class NoGraphOptimization {
 
 // Specializes a module for inference on inputs like `sample`: function calls
 // are inlined into the methods; `if`s whose condition is known without data
-// (constants, `self.training` of a module in eval mode) are decided first;
-// if any remain, the model runs once with branch recording (grad enabled, so
+// (constants, `self.training` of a module in eval mode) are decided first,
+// then the asserts every call passes through (an `if` one of whose sides
+// raises, at the top level of forward or of a method it always calls); if
+// any remain, the model runs once with branch recording (grad enabled, so
 // fused inference fast paths that bypass Linear modules are not taken), and
 // every `if` that always took the same branch is replaced by that branch.
 struct BranchSpecialization {
