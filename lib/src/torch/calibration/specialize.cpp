@@ -59,8 +59,11 @@ bool asks_grad_mode(const std::vector<std::shared_ptr<Graph>>& graphs) {
 
 // The method graphs that forward reaches, once each (types are shared
 // between instances). Methods nothing calls (e.g. a BatchNorm folded away)
-// are left alone: their branches would never be reached.
-std::vector<std::shared_ptr<Graph>> reached_graphs(torch::jit::Module& model) {
+// are left alone: their branches would never be reached. `every_call`: only
+// those every call runs (called from the top level of forward, or of a
+// method that is, not from inside an if or a loop).
+std::vector<std::shared_ptr<Graph>> reached_graphs(torch::jit::Module& model,
+                                                   bool every_call = false) {
   std::vector<std::shared_ptr<Graph>> graphs;
   std::set<const torch::jit::Function*> seen;
   std::vector<torch::jit::Function*> todo = {&model.get_method("forward").function()};
@@ -72,7 +75,14 @@ std::vector<std::shared_ptr<Graph>> reached_graphs(torch::jit::Module& model) {
     auto* gf = torch::jit::tryToGraphFunction(*fn);
     if (!gf) continue;
     graphs.push_back(gf->graph());
-    for (Node* n : jit::find_nodes(gf->graph()->block(), is_call)) {
+    std::vector<Node*> calls;
+    if (every_call) {
+      for (Node* n : gf->graph()->block()->nodes())
+        if (is_call(n)) calls.push_back(n);
+    } else {
+      calls = jit::find_nodes(gf->graph()->block(), is_call);
+    }
+    for (Node* n : calls) {
       auto cls = n->input(0)->type()->cast<c10::ClassType>();
       if (!cls) continue;
       if (auto* callee = cls->findMethod(n->s(torch::jit::attr::name))) todo.push_back(callee);
@@ -104,25 +114,6 @@ bool raises(torch::jit::Block* b) {
   return false;
 }
 
-// The graphs every call of forward runs: forward's, and those of the methods
-// called from the top level of one of them (not inside an if or a loop).
-std::set<Graph*> run_on_every_call(torch::jit::Module& model) {
-  std::set<Graph*> out;
-  std::vector<torch::jit::Function*> todo = {&model.get_method("forward").function()};
-  while (!todo.empty()) {
-    auto* gf = torch::jit::tryToGraphFunction(*todo.back());
-    todo.pop_back();
-    if (!gf || !out.insert(gf->graph().get()).second) continue;
-    for (Node* n : gf->graph()->block()->nodes()) {
-      if (n->kind() != torch::jit::prim::CallMethod) continue;
-      auto cls = n->input(0)->type()->cast<c10::ClassType>();
-      if (auto* callee = cls ? cls->findMethod(n->s(torch::jit::attr::name)) : nullptr)
-        todo.push_back(callee);
-    }
-  }
-  return out;
-}
-
 // Asserts on every call's path, decided without data: an `if` at the top
 // level of a graph that every call runs, one of whose sides raises, becomes
 // its other side. That is what the recording run would decide (it reaches
@@ -134,7 +125,7 @@ std::set<Graph*> run_on_every_call(torch::jit::Module& model) {
 // from one) is left to the run.
 size_t decide_passed_asserts(torch::jit::Module& model) {
   size_t decided = 0;
-  for (Graph* g : run_on_every_call(model)) {
+  for (const auto& g : reached_graphs(model, /*every_call=*/true)) {
     std::vector<std::pair<Node*, size_t>> asserts;  // the if, the side kept
     for (Node* n : g->block()->nodes())
       if (is_if(n) && raises(n->blocks()[0]) != raises(n->blocks()[1]))
