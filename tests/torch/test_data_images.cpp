@@ -256,6 +256,27 @@ TEST_CASE("a model that reshapes, then raises: its own message first, the shape 
                              "forward reshapes its input before that layer)"));
 }
 
+TEST_CASE("check_input_fits runs two samples: a forward that holds for one only fails there",
+          "[data][check]") {
+  // Branch specialization decides an assert on every call's path without
+  // data, trusting this check (specialize.cpp); an assert that one sample
+  // passes and the calibration batches would not must fail here.
+  torch::jit::Module m("OneAtATime");
+  m.define(
+      "def forward(self, x):\n"
+      "  assert x.size(0) == 1, 'one sample at a time'\n"
+      "  return x * 2.0\n");
+  tq::Batch one;
+  one.inputs = {at::zeros({1, 3})};
+  CHECK_NOTHROW(tq::check_input_fits(m, one, "calibration data"));
+  tq::Batch four;
+  four.inputs = {at::zeros({4, 3})};
+  auto e = catch_error([&] { tq::check_input_fits(m, four, "calibration data"); });
+  CHECK(e.code == tq::ExitCode::kRuntime);
+  CHECK_THAT(e.msg, StartsWith("the model's forward failed on the calibration data (shape [1,3]") &&
+                        Contains("one sample at a time"));
+}
+
 TEST_CASE("a model whose own code raises: its message, not 'does not fit'", "[data][check]") {
   auto model = torch::jit::load(fixture("raising.pt"));
   model.eval();

@@ -103,9 +103,10 @@ class CalibrationData {
 std::unique_ptr<DataLoader> make_data_loader(const Spec& spec, const DataSourceSpec& src,
                                              const std::string& key, bool want_labels);
 
-// Runs one forward pass on the first sample of `b`. When it fails, throws
-// RuntimeError with the error the forward raised, as its code raised it
-// (the model's own exception, or the failing op's message):
+// Runs one forward pass on the first two samples of `b` (one, when the batch
+// has one), as branch specialization's recording run would. When it fails,
+// throws RuntimeError with the error the forward raised, as its code raised
+// it (the model's own exception, or the failing op's message):
 //   "the model's forward failed on the <what> (shape [1,1,28,28], which its
 //    first layer ... takes): <the error>"
 // and when the data does not fit the model's first layer (a Linear's input

@@ -117,8 +117,8 @@ bool raises(torch::jit::Block* b) {
 // Asserts on every call's path, decided without data: an `if` at the top
 // level of a graph that every call runs, one of whose sides raises, becomes
 // its other side. That is what the recording run would decide (it reaches
-// the `if`, and the data check before calibration ran the model on the
-// same data without an error); where nothing else is left, the run is not
+// the `if`, and check_input_fits, before calibration, ran the model on the
+// same two samples without an error); where nothing else is left, the run is not
 // needed (ResNet-50: the assert in adaptive_avg_pool2d's
 // list_with_default, a 2-sample float forward of 0.2 s). An assert the
 // sample might not reach (inside a branch or a loop, or in a method called
