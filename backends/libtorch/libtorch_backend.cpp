@@ -103,7 +103,8 @@ std::vector<ModeCaps> mode_tables() {
               group_as_channel,
               /*bias_correction=*/true,
               /*times_model=*/true,
-              /*folds_batchnorm=*/true};
+              /*folds_batchnorm=*/true,
+              /*quantizes_unowned_calls=*/true};
   ModeCaps dyn{Mode::kDynamic,
                int8,
                acts,

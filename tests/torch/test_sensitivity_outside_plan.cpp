@@ -2,8 +2,9 @@
 // planned layer owns (nn.MultiheadAttention's in_proj: a functional linear
 // on `in_proj_weight`) runs float in its probes, while libtorch static_ptq
 // quantizes it; the report names such calls next to the all-quantized
-// figure, so that the figure does not pass for the artifact's. The expected
-// names come from the model's parameters, not from a graph walk.
+// figure, and says whether the backend quantizes them (its capability row),
+// so that the figure does not pass for the artifact's. The expected names
+// come from the model's parameters, not from a graph walk.
 #include <torch/script.h>
 
 #include <catch2/catch.hpp>
@@ -23,14 +24,15 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 const std::string kModels = TQ_MODELS_DIR;
 
-std::string spec_text(const std::string& dir, const std::string& model, const std::string& data) {
-  return "results_dir: " + dir +
-         "\nquantize:\n  backend: libtorch\n  mode: static_ptq\n"
-         "  default_layer_dtype: int8\n  default_activation_dtype: uint8\n"
-         "  model_path: " +
-         model +
+const std::string kLibTorch =
+    "backend: libtorch\n  default_activation_dtype: uint8\n"
+    "  backend_kwargs: {engine: onednn, latency_check: false}";
+
+std::string spec_text(const std::string& dir, const std::string& model, const std::string& data,
+                      const std::string& backend = kLibTorch) {
+  return "results_dir: " + dir + "\nquantize:\n  " + backend +
+         "\n  mode: static_ptq\n  default_layer_dtype: int8\n  model_path: " + model +
          "\n  sensitivity: true\n"
-         "  backend_kwargs: {engine: onednn, latency_check: false}\n"
          "dataset:\n  quant_calibration_dataset:\n    data_file: " +
          data + "\n    batch_size: 8\n    max_batches: 2\n";
 }
@@ -66,9 +68,12 @@ TEST_CASE("sensitivity: the layer calls outside the plan are named next to 'all 
   const json& all = report.at("sensitivity").at("all_quantized");
   INFO(all.dump());
   CHECK(all.at("float_outside_plan") == json(in_proj));
+  CHECK(all.at("backend_quantizes_outside_plan") == true);
   CHECK_THAT(all.at("note").get<std::string>(),
              Catch::Matchers::StartsWith("2 layer calls outside the plan ran float") &&
-                 Catch::Matchers::Contains(in_proj[0]) && Catch::Matchers::Contains(in_proj[1]));
+                 Catch::Matchers::Contains(in_proj[0]) && Catch::Matchers::Contains(in_proj[1]) &&
+                 Catch::Matchers::EndsWith("; backend 'libtorch' quantizes them, so the artifact "
+                                           "has error that the all-quantized figure leaves out"));
   // The artifact quantizes them: one int8 linear more than the planned
   // int8 layers per in_proj, each with its bias on the accumulator grid.
   const json& meta = report.at("backend").at("meta");
@@ -76,6 +81,20 @@ TEST_CASE("sensitivity: the layer calls outside the plan are named next to 'all 
   CHECK(count_kind(torch::jit::load(out.artifact_path), "quantized::linear") ==
         report.at("totals").at("quantized_layers").get<size_t>() + in_proj.size());
   fs::remove_all(dir);
+
+  // fakequant's artifact runs them float, as the probes did: the note says so.
+  const std::string fq_dir = tqtest_data::temp_dir("sens-outside-fq");
+  const auto fq = tq::run_quantize(
+      tq::parse_spec_text(spec_text(fq_dir, enc, kModels + "/tiny/encoder_x.npz",
+                                    "backend: fakequant\n  default_activation_dtype: int8"),
+                          "<t>"));
+  const json fq_all = tqtest::read_json(fq.report_path).at("sensitivity").at("all_quantized");
+  INFO(fq_all.dump());
+  CHECK(fq_all.at("float_outside_plan") == json(in_proj));
+  CHECK(fq_all.at("backend_quantizes_outside_plan") == false);
+  CHECK_THAT(fq_all.at("note").get<std::string>(),
+             Catch::Matchers::EndsWith("), as backend 'fakequant' runs them"));
+  fs::remove_all(fq_dir);
 
   // A model with no such call: nothing named, no note.
   const std::string cnn_dir = tqtest_data::temp_dir("sens-outside-cnn");

@@ -72,6 +72,12 @@ struct ModeCaps {
   // quantized (the folded weight is the one rounded): what the tune and
   // sensitivity simulator must do to predict this backend's artifact.
   bool folds_batchnorm = false;
+  // Static mode: layer calls that no planned layer owns (a linear on a
+  // module attribute other than a layer's `weight`: nn.MultiheadAttention's
+  // in_proj_weight) are quantized in the artifact too. The sensitivity
+  // simulator runs them float; with this set, its report says that the
+  // artifact's error includes theirs (ABI 8).
+  bool quantizes_unowned_calls = false;
 };
 
 // What a backend can do. Checked against the spec before the model loads.

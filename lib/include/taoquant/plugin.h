@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#define TAOQUANT_PLUGIN_ABI_VERSION 7
+#define TAOQUANT_PLUGIN_ABI_VERSION 8
 
 #define TQ_PLUGIN_STR_(x) #x
 #define TQ_PLUGIN_XSTR_(x) TQ_PLUGIN_STR_(x)

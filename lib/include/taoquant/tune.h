@@ -65,10 +65,12 @@ struct SensitivityReport {
   size_t forward_passes = 0;
   bool reverse = true;  // the reverse view was measured
   // Layer calls no planned layer owns (their weights' attribute paths:
-  // nn.MultiheadAttention's in_proj_weight): float in every probe here,
-  // though a backend may quantize them (libtorch static_ptq does), so
-  // "all quantized" leaves their error out.
+  // nn.MultiheadAttention's in_proj_weight): float in every probe here.
+  // Where the backend quantizes them (ModeCaps::quantizes_unowned_calls),
+  // "all quantized" leaves their error out, and the note says so.
   std::vector<std::string> outside_plan;
+  bool outside_plan_quantized = false;
+  std::string backend;  // the backend's name, for that note
   nlohmann::json to_json() const;
 };
 

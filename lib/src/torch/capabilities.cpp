@@ -295,7 +295,8 @@ nlohmann::json backend_to_json(const BackendInfo& b) {
                         {"kernel", mc.kernel},
                         {"bias_correction", m == Mode::kWeightOnly || mc.bias_correction},
                         {"algorithms", algorithms_in(m, mc)},
-                        {"times_model", mc.times_model}});
+                        {"times_model", mc.times_model},
+                        {"quantizes_unowned_calls", mc.quantizes_unowned_calls}});
   }
   return {{"name", b.name},
           {"description", b.description},

@@ -53,16 +53,19 @@ void rank(std::vector<LayerSensitivity>& layers) {
 }
 
 // What "all quantized" leaves out, in words ("" when nothing is).
-std::string outside_plan_note(const std::vector<std::string>& weights) {
+std::string outside_plan_note(const SensitivityReport& r) {
+  const auto& weights = r.outside_plan;
   if (weights.empty()) return "";
   std::string names;
   const size_t shown = std::min<size_t>(weights.size(), 3);
   for (size_t i = 0; i < shown; ++i) names += (i ? ", " : "") + weights[i];
   if (weights.size() > shown) names += " and " + std::to_string(weights.size() - shown) + " more";
-  return std::to_string(weights.size()) + " layer call" + (weights.size() > 1 ? "s" : "") +
-         " outside the plan ran float in these probes (" + names +
-         "); a backend that quantizes them (libtorch static_ptq does) adds error that the "
-         "all-quantized figure leaves out";
+  const std::string head = std::to_string(weights.size()) + " layer call" +
+                           (weights.size() > 1 ? "s" : "") +
+                           " outside the plan ran float in these probes (" + names + ")";
+  if (!r.outside_plan_quantized) return head + ", as backend '" + r.backend + "' runs them";
+  return head + "; backend '" + r.backend +
+         "' quantizes them, so the artifact has error that the all-quantized figure leaves out";
 }
 
 nlohmann::json finite(double v) {
@@ -72,8 +75,6 @@ nlohmann::json finite(double v) {
 }  // namespace
 
 namespace tune {
-
-namespace {}  // namespace
 
 SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, size_t limit,
                                       bool reverse, double budget_s) {
@@ -126,6 +127,9 @@ SensitivityReport measure_sensitivity(Session& s, const TuneProgress& progress, 
   r.samples = limit;
   r.forward_passes = s.forwards();
   r.outside_plan = sim.outside_plan();
+  const BackendInfo& backend = *s.inspected().backend.info;
+  r.backend = backend.name;
+  r.outside_plan_quantized = backend.caps.for_mode(s.plan().mode).quantizes_unowned_calls;
   return r;
 }
 
@@ -273,7 +277,8 @@ nlohmann::json SensitivityReport::to_json() const {
   if (all_top1) j["all_quantized"]["top1"] = *all_top1;
   if (!outside_plan.empty()) {
     j["all_quantized"]["float_outside_plan"] = outside_plan;
-    j["all_quantized"]["note"] = outside_plan_note(outside_plan);
+    j["all_quantized"]["backend_quantizes_outside_plan"] = outside_plan_quantized;
+    j["all_quantized"]["note"] = outside_plan_note(*this);
   }
   return j;
 }
@@ -309,7 +314,7 @@ std::string format_sensitivity_table(const SensitivityReport& r) {
     std::snprintf(buf, sizeof buf, "; top-1 %.2f %% (float %.2f %%)", *r.all_top1, *r.float_top1);
     tail += buf;
   }
-  if (!r.outside_plan.empty()) tail += "\n" + outside_plan_note(r.outside_plan);
+  if (!r.outside_plan.empty()) tail += "\n" + outside_plan_note(r);
   return format_table(head, rows) + tail + "\ndata: " + r.data + " (" +
          std::to_string(r.forward_passes) + " forward passes)\n";
 }

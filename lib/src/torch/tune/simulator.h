@@ -65,7 +65,7 @@ class Simulator {
   // The conv/linear calls of the model that no planned layer owns (by their
   // weight's attribute path: nn.MultiheadAttention's in_proj_weight), first
   // call each. The simulation runs them float; a backend may quantize them
-  // (libtorch static_ptq does).
+  // (ModeCaps::quantizes_unowned_calls).
   const std::vector<std::string>& outside_plan() const { return outside_plan_; }
   // Applies an assignment (every other layer float).
   void assign(const Assignment& a);
