@@ -22,6 +22,16 @@
 //       ResNet-50 quantize took 6.3 s instead of 8.1, the Fashion-MNIST CNN
 //       1.29 s instead of 1.49 (medians of 4, interleaved; benchmarks.md).
 //       OpenBLAS reads it when it loads, before main.
+//   OMP_NUM_THREADS = TQ_NUM_THREADS, when that is a thread count (1-4096;
+//       the tool itself refuses any other value): the OpenMP runtime then
+//       starts with the count the tool would set, so the tool need not call
+//       at::set_num_threads, each call of which rebuilds LibTorch's caffe2
+//       thread pool, then again on every new thread's first parallel op,
+//       and each new pool's worker spins on a core the OpenMP threads want
+//       (a Fashion-MNIST CNN quantize: 7% of its CPU samples;
+//       docs/benchmarks.md). TQ_NUM_THREADS is tao-quant's own knob and
+//       decides LibTorch's count anyway, so it wins over an inherited
+//       OMP_NUM_THREADS (`tao-quant batch` gives each job its share).
 // TQ_LAUNCHER names this launcher, so that `tao-quant batch` starts its jobs the same way.
 #include <unistd.h>
 
@@ -40,6 +50,15 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+// TQ_NUM_THREADS, when it is what the tool accepts (apps/tao-quant/main.cpp).
+bool thread_count(const char* v) {
+  if (!v || !*v) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  return !*end && !errno && n >= 1 && n <= 4096;
+}
+
 void add_tunable(const char* setting, const char* key) {
   const char* cur = std::getenv("GLIBC_TUNABLES");
   if (cur && std::strstr(cur, key)) return;  // the user's choice wins
@@ -55,6 +74,8 @@ int main(int argc, char** argv) {
   if (hp && std::strcmp(hp, "1") == 0)
     add_tunable("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb");
   ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/0);
+  const char* threads = std::getenv("TQ_NUM_THREADS");
+  if (thread_count(threads)) ::setenv("OMP_NUM_THREADS", threads, /*overwrite=*/1);
   const std::string self = self_exe();
   const auto slash = self.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);

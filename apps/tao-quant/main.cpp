@@ -46,6 +46,12 @@ void setup_logging(const tqcli::Options& o) {
 // gives each job cores / --jobs).
 // Any other value is a usage error (exit 2): a typo must not run with
 // another thread count than the one asked for.
+// at::set_num_threads is called only when the count differs: once called,
+// LibTorch rebuilds its caffe2 thread pool in that call and again on the
+// first parallel op of every later thread, and each new pool's worker
+// spins for milliseconds on a core the OpenMP threads want (7% of a
+// Fashion-MNIST CNN quantize's CPU samples, docs/benchmarks.md). The
+// launcher passes the count on as OMP_NUM_THREADS, so it is usually equal.
 void apply_thread_env() {
   const char* v = std::getenv("TQ_NUM_THREADS");
   if (!v || !*v) return;
@@ -56,7 +62,7 @@ void apply_thread_env() {
     throw tq::UsageError("TQ_NUM_THREADS=" + tq::quote_value(v) +
                          " is not a thread count: expected an integer from 1 to 4096 (unset it "
                          "for LibTorch's default)");
-  at::set_num_threads(static_cast<int>(n));
+  if (at::get_num_threads() != n) at::set_num_threads(static_cast<int>(n));
 }
 
 // Runs the parsed subcommand. An error is printed with its exit code; a

@@ -138,7 +138,9 @@ std::vector<std::pair<std::string, std::string>> batch_change_layers(QuantizeCon
   std::set<std::string> failed;
   size_t runs = 0;
   for (int t : threads) {
-    at::set_num_threads(t);
+    // Only when it changes: each call rebuilds LibTorch's caffe2 thread
+    // pool, whose new worker spins on a core (apps/tao-quant/main.cpp).
+    if (at::get_num_threads() != t) at::set_num_threads(t);
     std::map<std::string, std::string> seen;  // signature -> its run's failure ("": ran)
     auto probe = [&](const Int8Layer& l) {
       if (failed.count(l.name)) return;

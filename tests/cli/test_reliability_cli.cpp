@@ -97,6 +97,25 @@ TEST_CASE("reliability: TQ_NUM_THREADS that is not a thread count exits 2", "[cl
   CHECK(tao("backends", "TQ_NUM_THREADS=").rc == 0);  // empty: unset
 }
 
+TEST_CASE("reliability: TQ_NUM_THREADS decides the thread count over an inherited OMP_NUM_THREADS",
+          "[cli][threads]") {
+  // The launcher passes TQ_NUM_THREADS on as OMP_NUM_THREADS (so that the
+  // tool need not call at::set_num_threads); a different OMP_NUM_THREADS
+  // left in the environment must not win. evaluate reports LibTorch's count.
+  tqtest::TempDir dir("threads-env");
+  const std::string spec = cnn_spec(dir, "");
+  const std::string report = (dir.path() / "out" / "evaluate_report.json").string();
+  for (const auto& [env, threads] :
+       std::vector<std::pair<std::string, int>>{{"OMP_NUM_THREADS=2 TQ_NUM_THREADS=1", 1},
+                                                {"OMP_NUM_THREADS=1 TQ_NUM_THREADS=3", 3},
+                                                {"OMP_NUM_THREADS=3 TQ_NUM_THREADS=", 3}}) {
+    INFO(env);
+    const auto r = tao("evaluate -e " + tqtest::quote(spec), env);
+    REQUIRE(r.rc == 0);
+    CHECK(tqtest::read_json(report).at("threads") == threads);
+  }
+}
+
 TEST_CASE("reliability: a results_dir that is a file exits 2 before the model loads",
           "[cli][results_dir]") {
   tqtest::TempDir dir("resdir");
