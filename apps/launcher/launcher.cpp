@@ -42,21 +42,14 @@
 #include <cstring>
 #include <string>
 
+#include "../thread_count.h"
+
 namespace {
 
 std::string self_exe() {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-// TQ_NUM_THREADS, when it is what the tool accepts (apps/tao-quant/main.cpp).
-bool thread_count(const char* v) {
-  if (!v || !*v) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(v, &end, 10);
-  return !*end && !errno && n >= 1 && n <= 4096;
 }
 
 void add_tunable(const char* setting, const char* key) {
@@ -75,7 +68,7 @@ int main(int argc, char** argv) {
     add_tunable("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb");
   ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/0);
   const char* threads = std::getenv("TQ_NUM_THREADS");
-  if (thread_count(threads)) ::setenv("OMP_NUM_THREADS", threads, /*overwrite=*/1);
+  if (tqcli::parse_thread_count(threads) > 0) ::setenv("OMP_NUM_THREADS", threads, /*overwrite=*/1);
   const std::string self = self_exe();
   const auto slash = self.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);

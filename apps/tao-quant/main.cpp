@@ -2,7 +2,6 @@
 // --help and README.md.
 #include <malloc.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -12,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "../thread_count.h"
 #include "cli.h"
 #include "option_table.h"
 #include "taoquant/error.h"
@@ -55,10 +55,8 @@ void setup_logging(const tqcli::Options& o) {
 void apply_thread_env() {
   const char* v = std::getenv("TQ_NUM_THREADS");
   if (!v || !*v) return;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(v, &end, 10);
-  if (*end || errno || n < 1 || n > 4096)
+  const long n = tqcli::parse_thread_count(v);
+  if (n == 0)
     throw tq::UsageError("TQ_NUM_THREADS=" + tq::quote_value(v) +
                          " is not a thread count: expected an integer from 1 to 4096 (unset it "
                          "for LibTorch's default)");
